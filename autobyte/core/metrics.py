@@ -1,0 +1,227 @@
+"""Runtime statistics: timestamps in, per-window numbers and Table II features out.
+
+Engines call :class:`StatsCollector` with timestamps they already have
+(a gradient became ready, a message started and finished, an iteration
+ended). Nothing here reads a clock, so the logic is tested by feeding
+timestamps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+ARCHITECTURES = ("allreduce", "ps")
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One rank's statistics over a window of iterations (plain numbers).
+
+    Attributes:
+        n_iters: iterations in the window.
+        iter_time_s: mean wall time of one iteration.
+        samples_per_s: samples processed per second by this rank.
+        forward_s: mean forward time per iteration (0 when unknown).
+        layer_backward_s: mean backward time per gradient tensor, in tensor
+            order (time from the previous gradient becoming ready).
+        bytes_sent: payload bytes this rank handed to the engine.
+        n_messages: messages sent.
+        comm_busy_s: time during which at least one message was in flight.
+        bandwidth_Bps: payload bytes / busy time (achieved throughput).
+    """
+
+    n_iters: int
+    iter_time_s: float
+    samples_per_s: float
+    forward_s: float
+    layer_backward_s: tuple[float, ...]
+    bytes_sent: int
+    n_messages: int
+    comm_busy_s: float
+    bandwidth_Bps: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class StatsCollector:
+    """Accumulates timestamps of one rank into :class:`WindowStats`.
+
+    Args:
+        n_tensors: number of gradient tensors the engine tracks.
+    """
+
+    n_tensors: int
+    _iters: list[float] = field(default_factory=list)
+    _samples: int = 0
+    _fwd: list[float] = field(default_factory=list)
+    _layer_sum: np.ndarray = field(init=False)
+    _layer_n: int = 0
+    _bytes: int = 0
+    _n_msgs: int = 0
+    _intervals: list[tuple[float, float]] = field(default_factory=list)
+    _iter_start: float | None = None
+    _fwd_end: float | None = None
+    _ready: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.n_tensors <= 0:
+            raise ValueError(f"n_tensors must be positive, but got n_tensors={self.n_tensors}.")
+        self._layer_sum = np.zeros(self.n_tensors)
+
+    def begin_iteration(self, t: float) -> None:
+        self._iter_start = t
+        self._fwd_end = None
+        self._ready = {}
+
+    def forward_done(self, t: float) -> None:
+        if self._iter_start is not None and self._fwd_end is None:
+            self._fwd_end = t
+            self._fwd.append(t - self._iter_start)
+
+    def grad_ready(self, tensor: int, t: float) -> None:
+        self._ready.setdefault(tensor, t)
+
+    def message_done(self, nbytes: int, t_start: float, t_end: float) -> None:
+        self._bytes += int(nbytes)
+        self._n_msgs += 1
+        self._intervals.append((t_start, max(t_start, t_end)))
+
+    def end_iteration(self, t: float, n_samples: int) -> None:
+        if self._iter_start is None:
+            return
+        self._iters.append(t - self._iter_start)
+        self._samples += int(n_samples)
+        if len(self._ready) == self.n_tensors:
+            prev = self._fwd_end if self._fwd_end is not None else min(self._ready.values())
+            for tensor, ts in sorted(self._ready.items(), key=lambda kv: kv[1]):
+                self._layer_sum[tensor] += max(0.0, ts - prev)
+                prev = ts
+            self._layer_n += 1
+        self._iter_start = None
+
+    @property
+    def n_iters(self) -> int:
+        return len(self._iters)
+
+    def window(self, reset: bool = True) -> WindowStats:
+        """Summarise the iterations recorded since the last reset.
+
+        Raises:
+            ValueError: no iteration was recorded (a window with zero samples).
+        """
+        if not self._iters:
+            raise ValueError("window has no completed iteration; record at least one before asking for statistics.")
+        total = float(sum(self._iters))
+        busy = _union_length(self._intervals)
+        layer = self._layer_sum / self._layer_n if self._layer_n else np.zeros(self.n_tensors)
+        ws = WindowStats(
+            n_iters=len(self._iters),
+            iter_time_s=total / len(self._iters),
+            samples_per_s=self._samples / total if total > 0 else 0.0,
+            forward_s=float(np.mean(self._fwd)) if self._fwd else 0.0,
+            layer_backward_s=tuple(float(x) for x in layer),
+            bytes_sent=self._bytes,
+            n_messages=self._n_msgs,
+            comm_busy_s=busy,
+            bandwidth_Bps=self._bytes / busy if busy > 0 else 0.0,
+        )
+        if reset:
+            self.reset()
+        return ws
+
+    def reset(self) -> None:
+        self._iters, self._fwd, self._intervals = [], [], []
+        self._samples = self._bytes = self._n_msgs = self._layer_n = 0
+        self._layer_sum = np.zeros(self.n_tensors)
+
+
+def _union_length(intervals: Sequence[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+@dataclass(frozen=True)
+class RuntimeFeatures:
+    """The meta-network's input for one job (the paper's Table II, extended).
+
+    Attributes:
+        arch: ``"allreduce"`` or ``"ps"``.
+        layer_bytes: ``(l,)`` gradient bytes per layer, layer 0 nearest the
+            input; describes the model (replaces the paper's model one-hot).
+        layer_time_s: ``(l, n)`` per-layer backward time of every worker (T).
+        forward_s: ``(n,)`` forward time of every worker.
+        bw_up_Bps, bw_down_Bps: ``(n,)`` achieved upload / download rate (B_u, B_d).
+        speed: ``(n,)`` samples/s of every worker (V).
+
+    Raises:
+        ValueError: unknown ``arch``, shapes that disagree, NaN, inf or negative values.
+    """
+
+    arch: str
+    layer_bytes: np.ndarray
+    layer_time_s: np.ndarray
+    forward_s: np.ndarray
+    bw_up_Bps: np.ndarray
+    bw_down_Bps: np.ndarray
+    speed: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"arch must be one of {ARCHITECTURES}, but got arch={self.arch!r}.")
+        for name in ("layer_bytes", "layer_time_s", "forward_s", "bw_up_Bps", "bw_down_Bps", "speed"):
+            arr = np.asarray(getattr(self, name), dtype=np.float64)
+            object.__setattr__(self, name, arr)
+            if arr.size == 0:
+                raise ValueError(f"{name} must not be empty (missing statistics).")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"{name} must be finite, but it holds NaN or inf: {arr!r}.")
+            if np.any(arr < 0):
+                raise ValueError(f"{name} must be non-negative, but got min {arr.min()}.")
+        if self.layer_bytes.ndim != 1 or self.layer_time_s.ndim != 2:
+            raise ValueError("layer_bytes must be 1-D (l,) and layer_time_s 2-D (l, n).")
+        l, n = self.layer_time_s.shape
+        if self.layer_bytes.shape != (l,):
+            raise ValueError(f"layer_bytes must have shape ({l},) to match layer_time_s {self.layer_time_s.shape}, but got {self.layer_bytes.shape}.")
+        for name in ("forward_s", "bw_up_Bps", "bw_down_Bps", "speed"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"{name} must have shape ({n},) for n={n} workers, but got {getattr(self, name).shape}.")
+
+    @property
+    def n_workers(self) -> int:
+        return int(self.layer_time_s.shape[1])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.layer_time_s.shape[0])
+
+    @classmethod
+    def from_windows(cls, arch: str, layer_bytes: Sequence[int], windows: Sequence[WindowStats], link_factor: float = 1.0) -> "RuntimeFeatures":
+        """Features from every rank's :class:`WindowStats` (rank order).
+
+        ``link_factor`` converts payload throughput into link throughput
+        (ring all-reduce moves ``2(n-1)/n`` of the payload over each link).
+        """
+        if not windows:
+            raise ValueError("windows must hold one WindowStats per worker, but got none.")
+        T = np.array([w.layer_backward_s for w in windows], dtype=np.float64).T
+        bw = np.array([w.bandwidth_Bps * link_factor for w in windows])
+        return cls(
+            arch=arch,
+            layer_bytes=np.asarray(layer_bytes, dtype=np.float64),
+            layer_time_s=T,
+            forward_s=np.array([w.forward_s for w in windows]),
+            bw_up_Bps=bw,
+            bw_down_Bps=bw,
+            speed=np.array([w.samples_per_s for w in windows]),
+        )

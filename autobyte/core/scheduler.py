@@ -1,0 +1,316 @@
+"""ByteScheduler-style communication scheduling, engine-agnostic.
+
+Three pieces, all pure Python:
+
+* :func:`plan_messages` turns the model's gradient tensors into *messages*:
+  tensors larger than ``partition_bytes`` are split into contiguous chunks,
+  small tensors of neighbouring layers are fused up to ``partition_bytes``.
+* :class:`CreditQueue` is the live policy: a priority queue of ready
+  messages (layer nearest the input first, ties by chunk order) released
+  under a credit window of bytes in flight.
+* :class:`Scheduler` owns the current configuration and applies a
+  ``reconfigure`` at an agreed iteration boundary.
+
+Engines (``autobyte.integrations``) and the simulator (``autobyte.sim``) make
+their decisions through :class:`CreditQueue`, so both follow the same rules.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from .space import Config, check_bytes
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One gradient tensor as the scheduler sees it.
+
+    Args:
+        name: for messages and statistics.
+        numel: number of elements (> 0).
+        itemsize: bytes per element.
+        priority: layer index, 0 = nearest the input (sent first).
+        dtype: element type name; only tensors of one dtype are fused.
+    """
+
+    name: str
+    numel: int
+    itemsize: int
+    priority: int
+    dtype: str = "float32"
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Elements ``[start, stop)`` of tensor number ``tensor``."""
+
+    tensor: int
+    start: int
+    stop: int
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Message:
+    """One unit of communication: a contiguous run of one or more segments."""
+
+    index: int
+    segments: tuple[Segment, ...]
+    nbytes: int
+    priority: int
+    chunk: int
+    dtype: str
+
+    @property
+    def tensors(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(s.tensor for s in self.segments))
+
+    @property
+    def numel(self) -> int:
+        return sum(s.numel for s in self.segments)
+
+    def sort_key(self) -> tuple[int, int, int]:
+        """Priority order: nearest-input layer first, then chunk order, then plan order."""
+        return (self.priority, self.chunk, self.index)
+
+
+def plan_messages(
+    tensors: Sequence[TensorSpec],
+    partition_bytes: int,
+    ready_order: Sequence[int] | None = None,
+) -> list[Message]:
+    """Split and fuse ``tensors`` into messages of at most ``partition_bytes``.
+
+    Args:
+        tensors: the gradient tensors.
+        partition_bytes: message size limit.
+        ready_order: tensor indices in the order their gradients become ready
+            (default: highest layer index first, as in backward). Fusion only
+            joins tensors adjacent in this order, so a fused message becomes
+            ready soon after its first member.
+
+    Returns:
+        Messages in ``ready_order`` (the order they can first be sent).
+        Every element of every tensor appears in exactly one segment.
+
+    Raises:
+        ValueError: empty ``tensors``, a tensor with no elements, or a bad order.
+    """
+    partition_bytes = check_bytes("partition_bytes", partition_bytes)
+    if not tensors:
+        raise ValueError("tensors must hold at least one gradient tensor, but got none (does the model have trainable parameters?).")
+    for t in tensors:
+        if t.numel <= 0 or t.itemsize <= 0:
+            raise ValueError(f"tensor {t.name!r} must have numel > 0 and itemsize > 0, but got numel={t.numel}, itemsize={t.itemsize}.")
+    if ready_order is None:
+        ready_order = sorted(range(len(tensors)), key=lambda i: (-tensors[i].priority, -i))
+    if sorted(ready_order) != list(range(len(tensors))):
+        raise ValueError(f"ready_order must be a permutation of range({len(tensors)}), but got {list(ready_order)!r}.")
+
+    messages: list[Message] = []
+    pending: list[Segment] = []
+    pending_bytes = 0
+
+    def emit(segs: list[Segment], nbytes: int, chunk: int) -> None:
+        prio = min(tensors[s.tensor].priority for s in segs)
+        messages.append(Message(len(messages), tuple(segs), nbytes, prio, chunk, tensors[segs[0].tensor].dtype))
+
+    for ti in ready_order:
+        t = tensors[ti]
+        if t.nbytes > partition_bytes:
+            if pending:
+                emit(pending, pending_bytes, 0)
+                pending, pending_bytes = [], 0
+            per = max(1, partition_bytes // t.itemsize)
+            # Chunks of a split tensor: the one holding the tensor's start goes first.
+            for chunk, start in enumerate(range(0, t.numel, per)):
+                stop = min(t.numel, start + per)
+                emit([Segment(ti, start, stop)], (stop - start) * t.itemsize, chunk)
+            continue
+        fits = pending_bytes + t.nbytes <= partition_bytes and (not pending or tensors[pending[0].tensor].dtype == t.dtype)
+        if pending and not fits:
+            emit(pending, pending_bytes, 0)
+            pending, pending_bytes = [], 0
+        pending.append(Segment(ti, 0, t.numel))
+        pending_bytes += t.nbytes
+    if pending:
+        emit(pending, pending_bytes, 0)
+    return messages
+
+
+class CreditQueue:
+    """Credit-based priority release of ready messages.
+
+    The policy of ByteScheduler's core: ready messages wait in a priority
+    queue; a message is released while the bytes in flight plus its size fit
+    in ``credit_bytes``; a message larger than the whole credit is released
+    alone when nothing is in flight (no starvation).
+
+    Args:
+        messages: the plan (from :func:`plan_messages`).
+        credit_bytes: the window.
+    """
+
+    def __init__(self, messages: Sequence[Message], credit_bytes: int) -> None:
+        self.messages = list(messages)
+        self.credit_bytes = check_bytes("credit_bytes", credit_bytes)
+        self._heap: list[tuple[tuple[int, int, int], int]] = []
+        self.in_flight: dict[int, int] = {}
+        self.in_flight_bytes = 0
+        self.n_done = 0
+
+    def mark_ready(self, index: int) -> None:
+        heapq.heappush(self._heap, (self.messages[index].sort_key(), index))
+
+    def release(self) -> list[int]:
+        """Pop every message the credit allows now, highest priority first."""
+        out: list[int] = []
+        while self._heap:
+            idx = self._heap[0][1]
+            nbytes = self.messages[idx].nbytes
+            if self.in_flight and self.in_flight_bytes + nbytes > self.credit_bytes:
+                break
+            heapq.heappop(self._heap)
+            self.in_flight[idx] = nbytes
+            self.in_flight_bytes += nbytes
+            out.append(idx)
+        return out
+
+    def mark_done(self, index: int) -> None:
+        self.in_flight_bytes -= self.in_flight.pop(index)
+        self.n_done += 1
+
+    @property
+    def n_waiting(self) -> int:
+        return len(self._heap)
+
+    @property
+    def finished(self) -> bool:
+        return self.n_done == len(self.messages)
+
+
+def plan_order(
+    messages: Sequence[Message],
+    credit_bytes: int,
+    ready_time_s: Callable[[Message], float],
+    transfer_time_s: Callable[[Message], float],
+) -> list[int]:
+    """The order in which a :class:`CreditQueue` would issue ``messages``.
+
+    Runs the live policy against predicted times: message ``m`` becomes
+    ready at ``ready_time_s(m)``; in-flight messages share one link in FIFO
+    order, each taking ``transfer_time_s(m)``. All-reduce engines use the
+    result as the issue order of one iteration, so that every rank issues
+    collectives in the same order whatever its local timing (the order is a
+    function of the plan and of agreed timing estimates only).
+    """
+    q = CreditQueue(messages, credit_bytes)
+    events = sorted(((ready_time_s(m), m.index) for m in messages))
+    order: list[int] = []
+    link_free = 0.0
+    finishing: list[tuple[float, int]] = []  # (finish time, index)
+    now = 0.0
+    ei = 0
+    while len(order) < len(messages):
+        # Next event: a message becoming ready or an in-flight one finishing.
+        next_ready = events[ei][0] if ei < len(events) else float("inf")
+        next_done = finishing[0][0] if finishing else float("inf")
+        if next_ready <= next_done:
+            now = next_ready
+            while ei < len(events) and events[ei][0] <= now:
+                q.mark_ready(events[ei][1])
+                ei += 1
+        else:
+            now, idx = heapq.heappop(finishing)
+            q.mark_done(idx)
+        for idx in q.release():
+            order.append(idx)
+            start = max(now, link_free)
+            link_free = start + transfer_time_s(messages[idx])
+            heapq.heappush(finishing, (link_free, idx))
+    return order
+
+
+@dataclass
+class _Pending:
+    config: Config
+    at_iteration: int
+    reason: str = ""
+
+
+@dataclass
+class Scheduler:
+    """Current configuration, its message plan, and pending reconfigurations.
+
+    Args:
+        tensors: the gradient tensors in priority terms.
+        config: initial configuration.
+
+    A reconfiguration requested with :meth:`reconfigure` takes effect at the
+    start of iteration ``at_iteration`` (:meth:`begin_iteration`), so that
+    every rank switches at the same boundary.
+    """
+
+    tensors: Sequence[TensorSpec]
+    config: Config
+    ready_order: Sequence[int] | None = None
+    iteration: int = 0
+    messages: list[Message] = field(init=False)
+    history: list[tuple[int, Config, str]] = field(init=False)
+    _pending: _Pending | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, Config):
+            raise TypeError(f"config must be a Config, but got {self.config!r}.")
+        self.messages = plan_messages(self.tensors, self.config.partition_bytes, self.ready_order)
+        self.history = [(self.iteration, self.config, "initial")]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None, reason: str = "") -> Config:
+        """Request ``<partition_bytes, credit_bytes>`` from ``at_iteration`` on (default: the next one)."""
+        cfg = Config(partition_bytes, credit_bytes)
+        at = self.iteration + 1 if at_iteration is None else int(at_iteration)
+        if at <= self.iteration:
+            raise ValueError(f"at_iteration must be after the current iteration {self.iteration}, but got at_iteration={at}.")
+        self._pending = _Pending(cfg, at, reason)
+        return cfg
+
+    @property
+    def pending(self) -> tuple[Config, int] | None:
+        return None if self._pending is None else (self._pending.config, self._pending.at_iteration)
+
+    def begin_iteration(self, iteration: int) -> bool:
+        """Enter ``iteration``; apply a due reconfiguration. Returns True if the plan changed."""
+        self.iteration = int(iteration)
+        p = self._pending
+        if p is None or iteration < p.at_iteration:
+            return False
+        self._pending = None
+        changed = p.config.partition_bytes != self.config.partition_bytes
+        self.config = p.config
+        self.history.append((iteration, p.config, p.reason))
+        if changed:
+            self.messages = plan_messages(self.tensors, self.config.partition_bytes, self.ready_order)
+        return True
+
+    def queue(self) -> CreditQueue:
+        """A fresh credit queue for one iteration under the current config."""
+        return CreditQueue(self.messages, self.config.credit_bytes)
+
+
+def tensors_from_sizes(sizes: Iterable[int], itemsize: int = 4, dtype: str = "float32") -> list[TensorSpec]:
+    """TensorSpecs for per-layer element counts, layer 0 nearest the input."""
+    return [TensorSpec(f"layer{i}", int(n), itemsize, i, dtype) for i, n in enumerate(sizes)]
