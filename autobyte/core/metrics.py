@@ -47,6 +47,21 @@ class WindowStats:
     def to_dict(self) -> dict[str, object]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
+    _SCALARS = ("n_iters", "iter_time_s", "samples_per_s", "forward_s", "bytes_sent", "n_messages", "comm_busy_s", "bandwidth_Bps")
+
+    def to_vector(self) -> np.ndarray:
+        """Flat float64 vector (8 scalars then per-tensor times), for a collective."""
+        head = [float(getattr(self, k)) for k in self._SCALARS]
+        return np.array(head + list(self.layer_backward_s), dtype=np.float64)
+
+    @classmethod
+    def from_vector(cls, vec: Sequence[float]) -> "WindowStats":
+        v = [float(x) for x in vec]
+        kw = dict(zip(cls._SCALARS, v[:8]))
+        for k in ("n_iters", "bytes_sent", "n_messages"):
+            kw[k] = int(round(kw[k]))
+        return cls(layer_backward_s=tuple(v[8:]), **kw)  # type: ignore[arg-type]
+
 
 @dataclass
 class StatsCollector:
