@@ -1,0 +1,489 @@
+"""Discrete-event simulation of steady-state, scheduled training iterations.
+
+What one iteration is made of (see ``docs/simulator.md`` for the rationale):
+
+* **Compute**, per worker: layer-by-layer forward, then backward from the last
+  layer; a layer's gradient is ready when its backward ends. Layer ``l``'s
+  forward of iteration ``k+1`` starts only once its own parameters of
+  iteration ``k`` are communicated and updated (cross-iteration overlap).
+* **Scheduling**: the gradients are cut and fused into messages by
+  :func:`autobyte.core.scheduler.plan_messages`; ready messages are released
+  by a :class:`autobyte.core.scheduler.CreditQueue` (priority to the layer
+  nearest the input, credit window of bytes in flight) - the very objects the
+  engines use.
+* **Per message**: a serial CPU cost ``per_message_s`` on the dispatching
+  side, then a fixed network delay (``2(n-1)`` ring steps of ``latency_s``
+  for all-reduce; one round trip per push and per pull for PS), then its
+  bytes on the links. All-reduce moves ``2(n-1)/n`` of the message over each
+  link; PS pushes ``(n-1)/n`` and pulls ``(n-1)/n`` per link on average, but a
+  single message is limited by its one server's link (``(n-1)`` flows converge
+  on it), so PS needs about ``n`` messages in flight to fill the links.
+* **Bandwidth sharing**: messages in flight share the bottleneck link equally
+  (processor sharing), computed exactly with a virtual-time clock, so credit
+  beyond what fills the link only delays the high-priority messages.
+
+The link is the slowest worker's ``min(up, down)``: a ring and a synchronous
+PS step both move at the pace of their slowest member.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.metrics import RuntimeFeatures, WindowStats
+from ..core.scheduler import CreditQueue, Message, Segment, TensorSpec, plan_messages
+from ..core.space import Config
+from ._cluster import Cluster, Trace, resolve_traces
+from ._models import ModelProfile
+
+#: Above this many messages per iteration, runs of chunks of one split tensor
+#: are simulated as groups (see :func:`_coarsen`): exact enough in the regime
+#: where they occur (tiny partitions, per-message cost dominates) and keeps
+#: one iteration under a few milliseconds.
+DEFAULT_MAX_MESSAGES = 1024
+
+
+@dataclass
+class _Plan:
+    messages: list[Message]
+    nbytes: np.ndarray  # (M,) payload bytes
+    last_tensor: np.ndarray  # (M,) the member tensor whose gradient is ready last
+    seg_msg: np.ndarray  # (S,) message of each segment
+    seg_tensor: np.ndarray  # (S,) tensor of each segment
+    chunks: np.ndarray  # (M,) real messages each simulated message stands for
+    n_real: int
+
+
+_PLANS: dict[tuple[str, int, int], _Plan] = {}
+
+
+def _tensors(model: ModelProfile) -> list[TensorSpec]:
+    lb = model.layer_bytes
+    itemsize = 4 if np.all(lb % 4 == 0) else 1
+    return [TensorSpec(f"layer{i}", int(b) // itemsize, itemsize, i) for i, b in enumerate(lb)]
+
+
+def _coarsen(msgs: list[Message], max_messages: int) -> tuple[list[Message], np.ndarray]:
+    """Group consecutive chunks of each split tensor so that at most about
+    ``max_messages`` messages remain. A group of ``g`` chunks pays ``g``
+    per-message costs; see ``_comm`` for how its credit is scaled."""
+    n_split = sum(1 for m in msgs if len(m.segments) == 1 and (m.chunk > 0 or _is_split(m, msgs)))
+    n_other = len(msgs) - n_split
+    budget = max(1, max_messages - n_other)
+    g = max(1, math.ceil(n_split / budget))
+    out: list[Message] = []
+    counts: list[int] = []
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        if len(m.segments) == 1:
+            t = m.segments[0].tensor
+            j = i + 1
+            while j < len(msgs) and j - i < g and len(msgs[j].segments) == 1 and msgs[j].segments[0].tensor == t:
+                j += 1
+            if j - i > 1:
+                segs = [s for mm in msgs[i:j] for s in mm.segments]
+                seg = Segment(t, min(s.start for s in segs), max(s.stop for s in segs))
+                out.append(Message(len(out), (seg,), sum(mm.nbytes for mm in msgs[i:j]), m.priority, m.chunk, m.dtype))
+                counts.append(j - i)
+                i = j
+                continue
+        out.append(Message(len(out), m.segments, m.nbytes, m.priority, m.chunk, m.dtype))
+        counts.append(1)
+        i += 1
+    return out, np.array(counts, dtype=np.int64)
+
+
+def _is_split(m: Message, msgs: list[Message]) -> bool:
+    return m.chunk == 0 and m.index + 1 < len(msgs) and msgs[m.index + 1].chunk == 1 and msgs[m.index + 1].segments[0].tensor == m.segments[0].tensor
+
+
+def _plan(model: ModelProfile, partition_bytes: int, max_messages: int) -> _Plan:
+    key = (model._key, partition_bytes, max_messages)
+    p = _PLANS.get(key)
+    if p is not None:
+        return p
+    msgs = plan_messages(_tensors(model), partition_bytes)
+    n_real = len(msgs)
+    if len(msgs) > max_messages:
+        msgs, chunks = _coarsen(msgs, max_messages)
+    else:
+        chunks = np.ones(len(msgs), dtype=np.int64)
+    seg_msg = np.array([m.index for m in msgs for _ in m.segments], dtype=np.int64)
+    seg_tensor = np.array([s.tensor for m in msgs for s in m.segments], dtype=np.int64)
+    p = _Plan(
+        messages=msgs,
+        nbytes=np.array([m.nbytes for m in msgs], dtype=np.float64),
+        last_tensor=np.array([min(s.tensor for s in m.segments) for m in msgs], dtype=np.int64),
+        seg_msg=seg_msg,
+        seg_tensor=seg_tensor,
+        chunks=chunks,
+        n_real=n_real,
+    )
+    if len(_PLANS) > 4096:
+        _PLANS.clear()
+    _PLANS[key] = p
+    return p
+
+
+def _comm(
+    plan: _Plan,
+    credit_bytes: int,
+    ready: np.ndarray,
+    *,
+    ps: bool,
+    n: int,
+    link_Bps: float,
+    overhead_s: np.ndarray,
+    delay_s: float,
+    between_s: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One iteration's communication. Returns (release, done) times per message.
+
+    Virtual-time processor sharing: with ``k`` transfers active each moves at
+    ``link / max(k, cap)`` work-bytes per second (``cap`` = 1 for a ring,
+    ``n`` for PS, whose single message is bounded by its server's link).
+    """
+    msgs = plan.messages
+    M = len(msgs)
+    if ps:
+        work = ((n - 1) / n * plan.nbytes).tolist()
+        cap = n
+    else:
+        work = (2.0 * (n - 1) / n * plan.nbytes).tolist()
+        cap = 1
+    ovh = overhead_s.tolist()
+    betw = between_s.tolist()
+    order = np.argsort(ready, kind="stable")
+    rt = ready[order].tolist()
+    order_l = order.tolist()
+    q = CreditQueue(msgs, credit_bytes)
+    release = [0.0] * M
+    done = [0.0] * M
+    pull = [False] * M
+    ev: list[tuple[float, int]] = []  # (time a transfer joins the link, msg)
+    act: list[tuple[float, int]] = []  # (virtual finish tag, msg)
+    inf = math.inf
+    C = link_Bps
+    if not math.isfinite(C):  # infinite bandwidth: transfers take no time
+        work = [0.0] * M
+        C = 1.0
+    t = 0.0
+    V = 0.0
+    k = 0
+    disp = -inf
+    ri = 0
+    ndone = 0
+    mark_ready = q.mark_ready
+    rel = q.release
+    while ndone < M:
+        tr = rt[ri] if ri < M else inf
+        te = ev[0][0] if ev else inf
+        if act:
+            rate = C / (k if k > cap else cap)
+            tc = t + (act[0][0] - V) / rate
+        else:
+            rate = 0.0
+            tc = inf
+        if tc <= te and tc <= tr:
+            t = tc
+            tag, i = heappop(act)
+            V = tag
+            k -= 1
+            if ps and not pull[i]:
+                pull[i] = True
+                heappush(ev, (t + betw[i] + delay_s, i))
+                continue
+            done[i] = t
+            ndone += 1
+            q.mark_done(i)
+        elif te <= tr:
+            if k:
+                V += (te - t) * rate
+            t = te
+            _, i = heappop(ev)
+            k += 1
+            heappush(act, (V + work[i], i))
+            continue
+        else:
+            if k:
+                V += (tr - t) * rate
+            t = tr
+            while ri < M and rt[ri] <= t:
+                mark_ready(order_l[ri])
+                ri += 1
+        for j in rel():
+            start = (t if t > disp else disp) + ovh[j]
+            disp = start
+            release[j] = t
+            heappush(ev, (start + delay_s, j))
+    return np.array(release), np.array(done)
+
+
+@dataclass
+class _IterRecord:
+    start: np.ndarray  # (n,) compute stream free = iteration start per worker
+    fwd_end: np.ndarray  # (n, L) forward end per layer
+    fwd: np.ndarray  # (n, L) forward compute per layer (no waits)
+    bwd: np.ndarray  # (n, L) backward per layer
+    grad_ready: np.ndarray  # (n, L)
+    release: np.ndarray  # (M,)
+    done: np.ndarray  # (M,)
+    param_ready: np.ndarray  # (L,)
+    end: np.ndarray  # (n,) = backward end = next iteration start
+    link_Bps: float
+
+
+@dataclass
+class SimResult:
+    """What :func:`simulate` returns.
+
+    Attributes:
+        model, cluster, config: the inputs.
+        iter_time_s: ``(n_iters,)`` cluster iteration time (mean over workers).
+        worker_iter_time_s: ``(n_iters, n_workers)``.
+        samples_per_s: cluster throughput (sum over workers) over all iterations.
+        compute_s: ``(n_iters,)`` mean pure compute time (forward + backward).
+        n_messages: messages per iteration under the config.
+    """
+
+    model: ModelProfile
+    cluster: Cluster
+    config: Config
+    iter_time_s: np.ndarray
+    worker_iter_time_s: np.ndarray
+    samples_per_s: float
+    compute_s: np.ndarray
+    n_messages: int
+    _records: list[_IterRecord] = field(repr=False, default_factory=list)
+    _plan: Any = field(repr=False, default=None)
+
+    @property
+    def n_iters(self) -> int:
+        return int(self.iter_time_s.size)
+
+    def worker_samples_per_s(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """``(n_workers,)`` samples/s of each worker over iterations ``[start, stop)``."""
+        t = self.worker_iter_time_s[start:stop]
+        return self.model.batch_size * t.shape[0] / t.sum(axis=0)
+
+    def window_samples_per_s(self, start: int = 0, stop: int | None = None) -> float:
+        """Cluster samples/s over iterations ``[start, stop)``."""
+        return float(self.worker_samples_per_s(start, stop).sum())
+
+    def window_stats(self, start: int = 0, stop: int | None = None) -> list[WindowStats]:
+        """Per-worker statistics over iterations ``[start, stop)``, measured as an
+        engine measures them (per-tensor backward times from gradient-ready
+        timestamps, achieved bandwidth = payload bytes / time with a message in
+        flight)."""
+        recs = self._records[start:stop]
+        if not recs:
+            raise ValueError(f"window [start={start}, stop={stop}) holds no iteration of the {self.n_iters} simulated.")
+        n = self.cluster.n_workers
+        plan: _Plan = self._plan
+        iters = np.stack([r.end - r.start for r in recs])  # (k, n)
+        fwd = np.stack([r.fwd_end[:, -1] - r.start for r in recs])
+        bwd = np.mean(np.stack([r.bwd for r in recs]), axis=0)  # (n, L)
+        busy = 0.0
+        for r in recs:
+            busy += _union_length(r.release, r.done)
+        if n == 1:
+            payload, n_msgs = 0, 0
+        else:
+            payload = int(plan.nbytes.sum()) * len(recs)
+            n_msgs = plan.n_real * len(recs)
+        total = iters.sum(axis=0)
+        out = []
+        for w in range(n):
+            out.append(
+                WindowStats(
+                    n_iters=len(recs),
+                    iter_time_s=float(total[w] / len(recs)),
+                    samples_per_s=float(self.model.batch_size * len(recs) / total[w]) if total[w] > 0 else 0.0,
+                    forward_s=float(fwd[:, w].mean()),
+                    layer_backward_s=tuple(float(x) for x in bwd[w]),
+                    bytes_sent=payload,
+                    n_messages=n_msgs,
+                    comm_busy_s=float(busy),
+                    bandwidth_Bps=float(payload / busy) if busy > 0 else 0.0,
+                )
+            )
+        return out
+
+    def features(self, start: int = 0, stop: int | None = None) -> RuntimeFeatures:
+        """Table II features of the window, as an engine would report them."""
+        return RuntimeFeatures.from_windows(
+            self.cluster.arch, self.model.layer_bytes, self.window_stats(start, stop), link_factor=self.cluster.link_factor
+        )
+
+    @property
+    def timeline(self) -> list[dict[str, Any]]:
+        """Events for drawing: ``{"kind", "iteration", "worker", "index", "start", "end"}``.
+
+        ``kind`` is ``"forward"`` / ``"backward"`` (``index`` = layer,
+        ``start``/``end`` of the compute) or ``"message"`` (``worker`` = -1,
+        ``index`` = message, from its release by the credit queue to its
+        completion, with ``"bytes"``).
+        """
+        ev: list[dict[str, Any]] = []
+        plan: _Plan = self._plan
+        for it, r in enumerate(self._records):
+            n, L = r.fwd.shape
+            for w in range(n):
+                for l in range(L):
+                    e = float(r.fwd_end[w, l])
+                    ev.append({"kind": "forward", "iteration": it, "worker": w, "index": l, "start": e - float(r.fwd[w, l]), "end": e})
+                for l in range(L):
+                    e = float(r.grad_ready[w, l])
+                    ev.append({"kind": "backward", "iteration": it, "worker": w, "index": l, "start": e - float(r.bwd[w, l]), "end": e})
+            for m in range(len(r.release)):
+                ev.append({"kind": "message", "iteration": it, "worker": -1, "index": m, "start": float(r.release[m]),
+                           "end": float(r.done[m]), "bytes": int(plan.nbytes[m])})
+        return ev
+
+
+def _union_length(start: np.ndarray, end: np.ndarray) -> float:
+    if start.size == 0:
+        return 0.0
+    o = np.argsort(start, kind="stable")
+    s = start[o]
+    e = end[o]
+    cm = np.maximum.accumulate(e)
+    gaps = np.maximum(0.0, s[1:] - cm[:-1])
+    return float(cm[-1] - s[0] - gaps.sum())
+
+
+def _as_config(config: object) -> Config:
+    if isinstance(config, Config):
+        return config
+    if isinstance(config, (tuple, list)) and len(config) == 2:
+        return Config(*config)  # type: ignore[arg-type]
+    raise TypeError(f"config must be a Config (or a (partition_bytes, credit_bytes) pair), but got config={config!r}.")
+
+
+def simulate(
+    model: ModelProfile,
+    cluster: Cluster,
+    config: Config,
+    n_iters: int = 10,
+    seed: int = 0,
+    traces: Sequence[Trace] | Trace | None = None,
+    *,
+    warmup_iters: int = 1,
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+    start_iter: int = 0,
+) -> SimResult:
+    """Simulate ``n_iters`` steady-state iterations of ``model`` on ``cluster`` under ``config``.
+
+    Args:
+        model: a :class:`ModelProfile` (e.g. ``get_model("resnet50")``).
+        cluster: the :class:`Cluster`.
+        config: ``<partition_bytes, credit_bytes>``.
+        n_iters: iterations reported.
+        seed: seed of the compute jitter.
+        traces: :class:`BandwidthTrace` and/or :class:`ComputeTrace`; trace
+            iteration ``i`` is reported iteration ``i`` (warm-up iterations
+            take the conditions of iteration ``start_iter``).
+        warmup_iters: iterations simulated before the reported ones, so that
+            the first reported one already overlaps with its predecessor.
+        max_messages: see :data:`DEFAULT_MAX_MESSAGES`.
+        start_iter: trace iteration of the first reported iteration.
+
+    Returns:
+        :class:`SimResult`.
+
+    Raises:
+        TypeError: ``model``, ``cluster`` or ``config`` of the wrong type.
+        ValueError: ``n_iters < 1``, negative ``warmup_iters``, bad traces.
+    """
+    if not isinstance(model, ModelProfile):
+        raise TypeError(f"model must be a ModelProfile (see autobyte.sim.get_model), but got model={model!r}.")
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be a Cluster, but got cluster={cluster!r}.")
+    config = _as_config(config)
+    for nm, v, lo in (("n_iters", n_iters, 1), ("warmup_iters", warmup_iters, 0), ("max_messages", max_messages, 16), ("start_iter", start_iter, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{nm} must be an integer >= {lo}, but got {nm}={v!r}.")
+    n = cluster.n_workers
+    L = model.n_layers
+    total = warmup_iters + n_iters
+    cond = resolve_traces(cluster, traces, start_iter + n_iters)
+    # warm-up iterations run under the first reported iteration's conditions
+    idx = np.concatenate([np.full(warmup_iters, start_iter, dtype=np.int64), np.arange(start_iter, start_iter + n_iters)])
+    up, down, scale = cond.up[idx], cond.down[idx], cond.scale[idx]
+    link = np.minimum(up, down).min(axis=1)  # (total,)
+
+    rng = np.random.default_rng(seed)
+    if cluster.jitter > 0:
+        s = cluster.jitter
+        per_iter = rng.lognormal(-s * s / 2, s, size=(total, n, 1))
+        per_layer = rng.lognormal(-s * s / 8, s / 2, size=(total, n, L))
+        noise = per_iter * per_layer
+    else:
+        noise = np.ones((total, n, L))
+    mult = noise * scale[:, :, None]
+    F = model.forward_s[None, None, :] * mult
+    B = model.backward_s[None, None, :] * mult
+
+    plan = _plan(model, config.partition_bytes, max_messages)
+    ps = cluster.arch == "ps"
+    # A simulated message standing for g real ones pays g per-message costs;
+    # PS pays for the push and the pull.
+    overhead = cluster.per_message_s * plan.chunks * (2 if ps else 1)
+    delay = (2.0 * cluster.latency_s) if ps else (2.0 * (n - 1) * cluster.latency_s)
+    between = plan.nbytes * n / cluster.ps_aggregate_Bps if ps else np.zeros(len(plan.messages))
+    # Grouped messages: keep the number of chunk-sized messages in flight.
+    credit = config.credit_bytes
+    if plan.n_real != len(plan.messages):
+        g = int(plan.chunks.max())
+        credit = int(min(credit * g, 1 << 50))
+    update = model.layer_bytes / cluster.update_Bps if not ps else np.zeros(L)
+
+    pr = np.zeros(L)
+    start = np.zeros(n)
+    recs: list[_IterRecord] = []
+    for it in range(total):
+        f = F[it]
+        b = B[it]
+        cf = np.cumsum(f, axis=1)
+        fe = cf + np.maximum(start[:, None], np.maximum.accumulate(pr[None, :] - (cf - f), axis=1))
+        fwd_done = fe[:, -1]
+        gr = fwd_done[:, None] + np.cumsum(b[:, ::-1], axis=1)[:, ::-1]
+        end = gr[:, 0].copy()
+        if n == 1 or not math.isfinite(link[it]) and cluster.latency_s == 0 and cluster.per_message_s == 0:
+            ready = gr.max(axis=0)[plan.last_tensor]
+            release = ready
+            done = ready.copy()
+        else:
+            ready = gr.max(axis=0)[plan.last_tensor]
+            release, done = _comm(
+                plan, credit, ready, ps=ps, n=n, link_Bps=float(link[it]), overhead_s=overhead, delay_s=delay, between_s=between
+            )
+        tdone = np.full(L, -np.inf)
+        np.maximum.at(tdone, plan.seg_tensor, done[plan.seg_msg])
+        new_pr = tdone + update
+        recs.append(_IterRecord(start, fe, f, b, gr, release, done, new_pr, end, float(link[it])))
+        pr = new_pr
+        start = end
+
+    rep = recs[warmup_iters:]
+    wit = np.stack([r.end - r.start for r in rep])  # (n_iters, n)
+    comp = np.array([float((F[i].sum() + B[i].sum()) / n) for i in range(warmup_iters, total)])
+    sps = float((model.batch_size * n_iters / wit.sum(axis=0)).sum())
+    return SimResult(
+        model=model,
+        cluster=cluster,
+        config=config,
+        iter_time_s=wit.mean(axis=1),
+        worker_iter_time_s=wit,
+        samples_per_s=sps,
+        compute_s=comp,
+        n_messages=plan.n_real,
+        _records=rep,
+        _plan=plan,
+    )
