@@ -33,6 +33,20 @@ DEFAULT_UPDATE_BPS = 200e9
 #: second per server (CPU memory bandwidth of a server process, MXNet KVStore).
 DEFAULT_PS_AGGREGATE_BPS = 10e9
 
+#: Default goodput loss per additional concurrent transfer on a link: with k
+#: transfers in flight the link delivers 1 / (1 + contention * (k - 1)) of its
+#: rate. Many concurrent TCP flows into one bottleneck lose goodput to queue
+#: build-up, drops and retransmissions (TCP incast: Vasudevan et al.,
+#: SIGCOMM 2009; Chen et al., WREN 2009); ByteScheduler's paper names this as
+#: the cost of a large credit. 2% per flow is an assumption, refit by testbed
+#: calibration.
+DEFAULT_CONTENTION = 0.02
+
+#: A PS message of at least this many bytes is sliced over all servers; a
+#: smaller one goes to one server. MXNet KVStore's MXNET_KVSTORE_BIGARRAY_BOUND
+#: default is 1,000,000 elements (4,000,000 bytes in FP32).
+DEFAULT_PS_BIGARRAY_BYTES = 4_000_000
+
 #: Default compute jitter: log-normal sigma of per-iteration, per-worker compute speed.
 DEFAULT_JITTER = 0.02
 
@@ -78,6 +92,10 @@ class Cluster:
         jitter: log-normal sigma of compute speed per iteration and worker.
         update_Bps: optimizer update rate on a worker (all-reduce), bytes/s.
         ps_aggregate_Bps: gradient summation + update rate of one server, bytes/s.
+        ps_bigarray_bytes: PS messages this large are sliced over all servers
+            (see :data:`DEFAULT_PS_BIGARRAY_BYTES`); ``inf`` = never.
+        contention: goodput loss per extra concurrent transfer (see
+            :data:`DEFAULT_CONTENTION`).
 
     Raises:
         ValueError: unknown ``arch``, ``n_workers < 1``, zero / negative / NaN
@@ -98,6 +116,8 @@ class Cluster:
     jitter: float = DEFAULT_JITTER
     update_Bps: float = DEFAULT_UPDATE_BPS
     ps_aggregate_Bps: float = DEFAULT_PS_AGGREGATE_BPS
+    contention: float = DEFAULT_CONTENTION
+    ps_bigarray_bytes: float = DEFAULT_PS_BIGARRAY_BYTES
 
     def __post_init__(self) -> None:
         n = self.n_workers
@@ -109,9 +129,9 @@ class Cluster:
         object.__setattr__(self, "bw_up_Bps", _per_worker("bw_up_Bps", self.bw_up_Bps, n, allow_inf=True))
         object.__setattr__(self, "bw_down_Bps", _per_worker("bw_down_Bps", self.bw_down_Bps, n, allow_inf=True))
         object.__setattr__(self, "compute_scale", _per_worker("compute_scale", self.compute_scale, n, allow_zero=True))
-        for nm in ("latency_s", "per_message_s", "jitter"):
+        for nm in ("latency_s", "per_message_s", "jitter", "contention"):
             object.__setattr__(self, nm, _nonneg(nm, getattr(self, nm)))
-        for nm in ("update_Bps", "ps_aggregate_Bps"):
+        for nm in ("update_Bps", "ps_aggregate_Bps", "ps_bigarray_bytes"):
             v = getattr(self, nm)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or math.isnan(v) or v <= 0:
                 raise ValueError(f"{nm} must be a positive number (inf allowed), but got {nm}={v!r}.")

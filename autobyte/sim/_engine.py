@@ -142,21 +142,27 @@ def _comm(
     overhead_s: np.ndarray,
     delay_s: float,
     between_s: np.ndarray,
+    contention: float = 0.0,
+    big: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One iteration's communication. Returns (release, done) times per message.
 
-    Virtual-time processor sharing: with ``k`` transfers active each moves at
-    ``link / max(k, cap)`` work-bytes per second (``cap`` = 1 for a ring,
-    ``n`` for PS, whose single message is bounded by its server's link).
+    Processor sharing of the bottleneck link, computed exactly with virtual
+    clocks. Transfers are of two classes: *spread* ones (every ring
+    collective; PS messages large enough to be sliced over all servers) share
+    the link equally; *single-server* PS messages are each capped at
+    ``link / n`` (their ``n - 1`` flows converge on one server's link) and
+    the spread ones take what they leave. With ``k`` transfers in flight the
+    link delivers ``1 / (1 + contention * (k - 1))`` of its rate.
     """
     msgs = plan.messages
     M = len(msgs)
     if ps:
         work = ((n - 1) / n * plan.nbytes).tolist()
-        cap = n
+        small = [False] * M if big is None else (~big).tolist()
     else:
         work = (2.0 * (n - 1) / n * plan.nbytes).tolist()
-        cap = 1
+        small = [False] * M
     ovh = overhead_s.tolist()
     betw = between_s.tolist()
     order = np.argsort(ready, kind="stable")
@@ -167,15 +173,17 @@ def _comm(
     done = [0.0] * M
     pull = [False] * M
     ev: list[tuple[float, int]] = []  # (time a transfer joins the link, msg)
-    act: list[tuple[float, int]] = []  # (virtual finish tag, msg)
+    act_b: list[tuple[float, int]] = []  # spread transfers: (virtual finish tag, msg)
+    act_s: list[tuple[float, int]] = []  # single-server transfers
     inf = math.inf
     C = link_Bps
     if not math.isfinite(C):  # infinite bandwidth: transfers take no time
         work = [0.0] * M
         C = 1.0
     t = 0.0
-    V = 0.0
-    k = 0
+    vb = vs = 0.0
+    kb = ks = 0
+    rb = rs = 0.0
     disp = -inf
     ri = 0
     ndone = 0
@@ -184,17 +192,34 @@ def _comm(
     while ndone < M:
         tr = rt[ri] if ri < M else inf
         te = ev[0][0] if ev else inf
-        if act:
-            rate = C / (k if k > cap else cap)
-            tc = t + (act[0][0] - V) / rate
-        else:
-            rate = 0.0
-            tc = inf
-        if tc <= te and tc <= tr:
-            t = tc
-            tag, i = heappop(act)
-            V = tag
-            k -= 1
+        k = kb + ks
+        if k:
+            ce = C / (1.0 + contention * (k - 1))
+            if ks:
+                rs = ce / (ks if ks > n else n) if kb == 0 else min(ce / n, ce / k)
+            if kb:
+                rb = (ce - ks * rs) / kb
+        tcb = t + (act_b[0][0] - vb) / rb if kb else inf
+        tcs = t + (act_s[0][0] - vs) / rs if ks else inf
+        tc = tcb if tcb < tcs else tcs
+        tn = tc if tc < te else te
+        if tr < tn:
+            tn = tr
+        dt = tn - t
+        if kb:
+            vb += dt * rb
+        if ks:
+            vs += dt * rs
+        t = tn
+        if tn == tc:
+            if tcb <= tcs:
+                tag, i = heappop(act_b)
+                vb = tag
+                kb -= 1
+            else:
+                tag, i = heappop(act_s)
+                vs = tag
+                ks -= 1
             if ps and not pull[i]:
                 pull[i] = True
                 heappush(ev, (t + betw[i] + delay_s, i))
@@ -202,18 +227,16 @@ def _comm(
             done[i] = t
             ndone += 1
             q.mark_done(i)
-        elif te <= tr:
-            if k:
-                V += (te - t) * rate
-            t = te
+        elif tn == te:
             _, i = heappop(ev)
-            k += 1
-            heappush(act, (V + work[i], i))
+            if small[i]:
+                ks += 1
+                heappush(act_s, (vs + work[i], i))
+            else:
+                kb += 1
+                heappush(act_b, (vb + work[i], i))
             continue
         else:
-            if k:
-                V += (tr - t) * rate
-            t = tr
             while ri < M and rt[ri] <= t:
                 mark_ready(order_l[ri])
                 ri += 1
@@ -442,6 +465,9 @@ def simulate(
     if plan.n_real != len(plan.messages):
         g = int(plan.chunks.max())
         credit = int(min(credit * g, 1 << 50))
+    # MXNet's KVStore slices arrays of at least MXNET_KVSTORE_BIGARRAY_BOUND
+    # elements (default 1,000,000) over all servers; smaller ones live on one.
+    big = (plan.nbytes / plan.chunks) >= cluster.ps_bigarray_bytes
     update = model.layer_bytes / cluster.update_Bps if not ps else np.zeros(L)
 
     pr = np.zeros(L)
@@ -462,7 +488,8 @@ def simulate(
         else:
             ready = gr.max(axis=0)[plan.last_tensor]
             release, done = _comm(
-                plan, credit, ready, ps=ps, n=n, link_Bps=float(link[it]), overhead_s=overhead, delay_s=delay, between_s=between
+                plan, credit, ready, ps=ps, n=n, link_Bps=float(link[it]), overhead_s=overhead, delay_s=delay, between_s=between,
+                contention=cluster.contention, big=big,
             )
         tdone = np.full(L, -np.inf)
         np.maximum.at(tdone, plan.seg_tensor, done[plan.seg_msg])
