@@ -1,0 +1,363 @@
+"""KVStore engine: a Gluon Trainer's gradients pushed and pulled by priority under a credit window.
+
+The engine takes over the communication of a ``gluon.Trainer`` built on a
+``dist_sync`` KVStore (a real parameter server). Gradients are cut into
+messages by :func:`autobyte.core.scheduler.plan_messages`; each message is one
+KVStore key (a split tensor's chunks are views of the gradient, fused small
+tensors share a buffer). Messages are released by
+:class:`autobyte.core.scheduler.CreditQueue` as their gradients become ready;
+servers sum them (no optimizer runs on the servers) and every worker applies
+the optimizer locally with ``Trainer.update``, which is what ``dist_sync``
+with ``update_on_kvstore=True`` computes on the servers.
+
+Servers match pushes by key, so no global issue order is needed: the live
+priority policy applies on each worker directly.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.metrics import StatsCollector, WindowStats
+from ..core.scheduler import CreditQueue, Message, Scheduler, TensorSpec
+from ..core.space import Config
+from ._mxnet_imports import import_mxnet
+
+#: Reserved KVStore keys; MXNet hashes a key as ``key * 9973`` in 32-bit
+#: arithmetic to pick its server, so every key must stay below this bound.
+MAX_KEY = 200_000
+_KEY_STATS = 0
+_KEY_DECISION = 1
+_KEY_WEIGHTS0 = 2
+
+
+@dataclass
+class _Layout:
+    """The KVStore side of one message plan: keys, fused buffers, readiness."""
+
+    partition_bytes: int
+    messages: list[Message]
+    keys: list[int]
+    fused: dict[int, list[Any]]  # message index -> one buffer per context
+    completes: list[list[int]]  # tensor index -> messages that become ready with it
+    mx_priority: list[int]
+
+
+class KVStoreEngine:
+    """Scheduled gradient synchronisation of a Gluon ``Trainer`` on a ``dist_sync`` parameter server.
+
+    Call :meth:`step` where you called ``trainer.step``. Build it with
+    :func:`schedule`.
+
+    Args:
+        trainer: a ``mxnet.gluon.Trainer`` created with ``kvstore="dist_sync"``
+            (or a ``dist_sync`` KVStore object), before its first ``step``.
+            Any other kvstore (``"device"``, ``"local"``, ``None``) means one
+            worker: :meth:`step` is then ``trainer.step``.
+        partition_bytes: largest message; bigger gradients are split, smaller
+            neighbouring ones fused.
+        credit_bytes: most bytes in flight at once.
+        kvstore: overrides the trainer's kvstore (type string or KVStore).
+
+    Raises:
+        ImportError: MXNet is missing. RuntimeError: MXNet is not 1.9.x, or
+        the trainer already communicated. TypeError, ValueError: bad arguments
+        (each message names the argument).
+    """
+
+    def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None) -> None:
+        self._mx = mx = import_mxnet()
+        if not isinstance(trainer, mx.gluon.Trainer):
+            raise TypeError(f"trainer must be a mxnet.gluon.Trainer, but got trainer={trainer!r}.")
+        self.config = Config(partition_bytes, credit_bytes)
+        self._trainer = trainer
+        self._kv = self._take_over(trainer, kvstore)
+        self.iteration = 0
+        self.scheduler: Scheduler | None = None
+        self.stats: StatsCollector | None = None
+        self._params: list[Any] = []
+        self._layouts: dict[int, _Layout] = {}
+        self._layout: _Layout | None = None
+        self._next_key = _KEY_WEIGHTS0
+        self._pending: tuple[Config, int | None, str] | None = None
+        self._t_begin: float | None = None
+        #: ``(key, nbytes, seconds from issue to pulled)`` of every message of the last iteration.
+        self.last_messages: list[tuple[int, int, float]] = []
+
+    # ------------------------------------------------------------------ set-up
+    def _take_over(self, trainer: Any, kvstore: Any) -> Any:
+        mx = self._mx
+        if trainer._kv_initialized and trainer._kvstore is not None:
+            raise RuntimeError(
+                "trainer has already created its KVStore (trainer.step was called); "
+                "build the autobyte engine or handler before the first trainer.step()."
+            )
+        spec = trainer._kvstore_params["kvstore"] if kvstore is None else kvstore
+        if isinstance(spec, str):
+            kv = mx.kv.create(spec) if "dist" in spec else None
+        elif isinstance(spec, mx.kvstore.KVStoreBase):
+            kv = spec
+        elif spec is None:
+            kv = None
+        else:
+            raise TypeError(f"kvstore must be a KVStore type string, a KVStore or None, but got kvstore={spec!r}.")
+        if kv is None or "dist" not in kv.type:
+            return None  # one worker: leave the trainer as it is
+        if "async" in kv.type:
+            raise ValueError(f"kvstore must be a synchronous parameter server ('dist_sync'), but got kvstore type {kv.type!r}.")
+        if trainer._kvstore_params.get("update_on_kvstore"):
+            warnings.warn(
+                "autobyte: update_on_kvstore=True is ignored; servers sum the scheduled gradients and every "
+                "worker applies the optimizer (the same update, with no optimizer sent to the servers).",
+                stacklevel=3,
+            )
+        # The trainer keeps its optimizer and updates locally; it no longer talks to the servers.
+        trainer._kvstore_params = {"kvstore": None, "update_on_kvstore": False}
+        trainer._kv_initialized = False
+        return kv
+
+    @property
+    def distributed(self) -> bool:
+        """Whether a parameter server carries the gradients (False: one worker)."""
+        return self._kv is not None
+
+    @property
+    def rank(self) -> int:
+        return 0 if self._kv is None else int(self._kv.rank)
+
+    @property
+    def num_workers(self) -> int:
+        return 1 if self._kv is None else int(self._kv.num_workers)
+
+    @property
+    def tensors(self) -> list[TensorSpec]:
+        return [] if self.scheduler is None else list(self.scheduler.tensors)
+
+    @property
+    def built(self) -> bool:
+        return self.scheduler is not None
+
+    def _build(self) -> None:
+        params = [p for p in self._trainer._params if p.grad_req != "null"]
+        if not params:
+            raise ValueError("trainer holds no trainable parameter (every grad_req is 'null'); nothing to schedule.")
+        for p in params:
+            if p._deferred_init:
+                raise RuntimeError(f"parameter {p.name!r} is still uninitialised (deferred); run a forward pass before step().")
+            if p._stype != "default" or p._grad_stype != "default":
+                raise ValueError(f"parameter {p.name!r} has sparse storage; the KVStore engine schedules dense gradients only.")
+        self._params = params
+        tensors = [
+            TensorSpec(p.name, int(np.prod(p.shape)), int(np.dtype(p.dtype).itemsize), i, str(np.dtype(p.dtype)))
+            for i, p in enumerate(params)
+        ]
+        pending, self._pending = self._pending, None
+        if pending is not None and (pending[1] is None or pending[1] <= self.iteration):
+            self.config, pending = pending[0], None
+        self.scheduler = Scheduler(tensors, self.config, iteration=self.iteration)
+        if pending is not None:
+            cfg, at, reason = pending
+            self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason=reason)
+        self.stats = StatsCollector(len(tensors))
+        if self._kv is not None:
+            if _KEY_WEIGHTS0 + len(params) > MAX_KEY:
+                raise RuntimeError(f"the model has {len(params)} parameters; the KVStore engine supports at most {MAX_KEY - _KEY_WEIGHTS0}.")
+            self._next_key = _KEY_WEIGHTS0 + len(params)
+            mx = self._mx
+            width = len(WindowStats(0, 0.0, 0.0, 0.0, tuple([0.0] * len(tensors)), 0, 0, 0.0, 0.0).to_vector())
+            # One init call = one barrier: control keys, then rank 0's weights for everyone.
+            self._kv.init(
+                [_KEY_STATS, _KEY_DECISION],
+                [mx.nd.zeros((self.num_workers, width), dtype="float64"), mx.nd.zeros((4,), dtype="float64")],
+            )
+            wkeys = [_KEY_WEIGHTS0 + i for i in range(len(params))]
+            self._kv.broadcast(wkeys, [p.list_data()[0] for p in params], out=[p.list_data() for p in params])
+            self._layout = self._layout_for(self.config.partition_bytes)
+
+    def _layout_for(self, partition_bytes: int) -> _Layout:
+        """The keys of a plan; a plan seen before keeps its keys (servers already hold them)."""
+        if partition_bytes in self._layouts:
+            return self._layouts[partition_bytes]
+        assert self.scheduler is not None
+        mx = self._mx
+        messages = list(self.scheduler.messages)
+        if self._next_key + len(messages) > MAX_KEY:
+            raise RuntimeError(
+                f"partition_bytes={partition_bytes} needs {len(messages)} KVStore keys but only "
+                f"{MAX_KEY - self._next_key} are left (MXNet keys must stay below {MAX_KEY}); "
+                "use a larger partition or fewer distinct partitions."
+            )
+        keys = list(range(self._next_key, self._next_key + len(messages)))
+        self._next_key += len(messages)
+        ctxs = self._params[0].list_ctx()
+        fused = {
+            m.index: [mx.nd.zeros((m.numel,), ctx=c, dtype=m.dtype) for c in ctxs]
+            for m in messages if len(m.segments) > 1
+        }
+        tensors = self.scheduler.tensors
+        order = sorted(range(len(tensors)), key=lambda i: (-tensors[i].priority, -i))
+        pos = {t: k for k, t in enumerate(order)}
+        completes: list[list[int]] = [[] for _ in tensors]
+        for m in messages:
+            completes[max(m.tensors, key=pos.__getitem__)].append(m.index)
+        rank_of = {m.index: r for r, m in enumerate(sorted(messages, key=Message.sort_key))}
+        # A new plan's keys are initialised on the servers by every worker at the same
+        # iteration (KVStore init ends with a barrier): no gradient can miss its key.
+        self._kv.init(keys, [mx.nd.zeros((m.numel,), dtype=m.dtype) for m in messages])
+        layout = _Layout(partition_bytes, messages, keys, fused, completes, [-rank_of[m.index] for m in messages])
+        self._layouts[partition_bytes] = layout
+        return layout
+
+    # ---------------------------------------------------------------- training
+    def begin_iteration(self) -> None:
+        """Mark the start of an iteration (before the forward pass) for statistics."""
+        self._t_begin = time.perf_counter()
+
+    def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
+        """Synchronise gradients by schedule, then update the parameters (``trainer.step``)."""
+        t_begin = self._t_begin if self._t_begin is not None else time.perf_counter()
+        self._t_begin = None
+        if self.scheduler is None:
+            self._build()
+        assert self.scheduler is not None and self.stats is not None
+        self.stats.begin_iteration(t_begin)
+        if self.scheduler.begin_iteration(self.iteration) or self._layout is None:
+            self.config = self.scheduler.config
+            if self._kv is not None:
+                self._layout = self._layout_for(self.config.partition_bytes)
+        if self._kv is None:
+            self._trainer.step(batch_size, ignore_stale_grad)
+        else:
+            self._communicate()
+            self._trainer.update(batch_size, ignore_stale_grad)
+        self.stats.end_iteration(time.perf_counter(), int(batch_size))
+        self.iteration += 1
+
+    def _communicate(self) -> None:
+        layout = self._layout
+        assert layout is not None and self.stats is not None and self.scheduler is not None
+        kv, stats = self._kv, self.stats
+        flat = [[g.reshape((-1,)) for g in p.list_grad()] for p in self._params]
+        queue = CreditQueue(layout.messages, self.config.credit_bytes)
+        in_flight: deque[tuple[int, list[Any], float]] = deque()
+        self.last_messages = []
+
+        def issue(indices: Sequence[int]) -> None:
+            for i in indices:
+                m = layout.messages[i]
+                if i in layout.fused:
+                    bufs = layout.fused[i]
+                    off = 0
+                    for s in m.segments:
+                        for buf, src in zip(bufs, flat[s.tensor]):
+                            buf[off:off + s.numel] = src[s.start:s.stop]
+                        off += s.numel
+                else:
+                    s = m.segments[0]
+                    bufs = [g[s.start:s.stop] for g in flat[s.tensor]]
+                kv.pushpull(layout.keys[i], bufs, out=bufs, priority=layout.mx_priority[i])
+                in_flight.append((i, bufs, time.perf_counter()))
+
+        tensors = self.scheduler.tensors
+        for t in sorted(range(len(tensors)), key=lambda i: (-tensors[i].priority, -i)):
+            for g in flat[t]:
+                g.wait_to_read()
+            stats.grad_ready(t, time.perf_counter())
+            for i in layout.completes[t]:
+                queue.mark_ready(i)
+            issue(queue.release())
+        while in_flight:
+            i, bufs, t0 = in_flight.popleft()
+            for b in bufs:
+                b.wait_to_read()
+            t1 = time.perf_counter()
+            nbytes = layout.messages[i].nbytes
+            stats.message_done(nbytes, t0, t1)
+            self.last_messages.append((layout.keys[i], nbytes, t1 - t0))
+            queue.mark_done(i)
+            issue(queue.release())
+        for i, bufs in layout.fused.items():
+            off = 0
+            for s in layout.messages[i].segments:
+                for buf, dst in zip(bufs, flat[s.tensor]):
+                    dst[s.start:s.stop] = buf[off:off + s.numel]
+                off += s.numel
+
+    # ------------------------------------------------------- reconfiguration
+    def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None, reason: str = "") -> Config:
+        """Switch to ``<partition_bytes, credit_bytes>`` from ``at_iteration`` on (default: the next step).
+
+        Every worker must make the same call before the same step (the
+        handler agrees through :meth:`agree`); a new partition initialises
+        new keys on the servers, which is a barrier of all workers.
+        """
+        cfg = Config(partition_bytes, credit_bytes)
+        at = self.iteration if at_iteration is None else at_iteration
+        if isinstance(at, bool) or not isinstance(at, int) or at < self.iteration:
+            raise ValueError(f"at_iteration must be an integer >= the next step {self.iteration}, but got at_iteration={at_iteration!r}.")
+        if self.scheduler is None:
+            self._pending = (cfg, at, reason)
+        else:
+            # Between steps the scheduler sits at the last step run (self.iteration - 1).
+            self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason=reason)
+        return cfg
+
+    # ------------------------------------------------------------ collectives
+    def gather_windows(self, window: WindowStats) -> list[WindowStats]:
+        """Every worker's statistics, in rank order (a sum over one KVStore key)."""
+        if self._kv is None:
+            return [window]
+        vec = window.to_vector()
+        rows = np.zeros((self.num_workers, vec.size), dtype=np.float64)
+        rows[self.rank] = vec
+        nd = self._mx.nd.array(rows, dtype="float64")
+        self._kv.pushpull(_KEY_STATS, nd, out=nd)
+        return [WindowStats.from_vector(r) for r in nd.asnumpy()]
+
+    def agree(self, decision: Config | None, at_iteration: int) -> Config | None:
+        """Rank 0's ``decision`` on every worker (all workers call this at the same step).
+
+        Non-zero ranks pass anything; only rank 0's value counts. The
+        decision travels as four float64 numbers over one KVStore key.
+        """
+        if self._kv is None:
+            return decision
+        msg = np.zeros(4, dtype=np.float64)
+        if self.rank == 0 and decision is not None:
+            msg[:] = (1.0, float(at_iteration), float(decision.partition_bytes), float(decision.credit_bytes))
+        nd = self._mx.nd.array(msg, dtype="float64")
+        self._kv.pushpull(_KEY_DECISION, nd, out=nd)
+        flag, at, part, credit = (float(x) for x in nd.asnumpy())
+        if flag == 0.0:
+            return None
+        if flag != 1.0 or at != at_iteration:
+            raise RuntimeError(f"workers disagree on the reconfiguration at iteration {at_iteration} (got flag={flag}, at={at}).")
+        return Config(int(part), int(credit))
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "config": self.config.to_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the step count and configuration (in-flight messages are never saved)."""
+        self.iteration = int(state.get("iteration", self.iteration))
+        if "config" in state:
+            cfg = Config(**state["config"])
+            if self.scheduler is None:
+                self.config = cfg
+            elif cfg != self.config:
+                self.reconfigure(cfg.partition_bytes, cfg.credit_bytes, reason="restored")
+
+
+def schedule(trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None) -> KVStoreEngine:
+    """Take over ``trainer``'s parameter-server communication; call ``engine.step(batch_size)`` instead of ``trainer.step``.
+
+    See :class:`KVStoreEngine` for the arguments and errors.
+    """
+    return KVStoreEngine(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes, kvstore=kvstore)

@@ -1,0 +1,257 @@
+"""MXNet Gluon integration: a scheduled, tuned parameter server in one Estimator event handler.
+
+Add one object to an Estimator whose Trainer uses ``kvstore="dist_sync"``::
+
+    est.fit(train_data, epochs=2, event_handlers=[AutoByteHandler()])
+
+The handler builds a :class:`KVStoreEngine` (gradients pushed and pulled by
+priority under a credit window, one KVStore key per message), feeds every
+window of statistics to a tuner on rank 0, and switches every worker to the
+chosen ``<partition_bytes, credit_bytes>`` at the same batch boundary.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
+from ..core.tuning import Controller, StaticTuner, Tuner
+from ._mxnet_engine import KVStoreEngine, schedule
+from ._mxnet_imports import INSTALL_HINT, SUPPORTED_MXNET, check_mxnet_version, import_mxnet
+from ._mxnet_launch import WorkerResult, free_port, launch_local_ps
+
+try:
+    from mxnet.gluon.contrib.estimator.event_handler import BatchBegin, GradientUpdateHandler, TrainBegin, TrainEnd
+
+    _IMPORT_ERROR: BaseException | None = None
+except ImportError as _exc:  # MXNet missing: the handler raises with an install hint when built
+    _IMPORT_ERROR = _exc
+    TrainBegin = type("TrainBegin", (), {})  # type: ignore[misc,assignment]
+    BatchBegin = type("BatchBegin", (), {})  # type: ignore[misc,assignment]
+    GradientUpdateHandler = type("GradientUpdateHandler", (), {})  # type: ignore[misc,assignment]
+    TrainEnd = type("TrainEnd", (), {})  # type: ignore[misc,assignment]
+
+
+def _make_tuner(tuner: str | Tuner, tuner_kwargs: dict[str, Any]) -> Tuner:
+    if isinstance(tuner, Tuner):
+        return tuner
+    if not isinstance(tuner, str):
+        raise TypeError(f"tuner must be a tuner name (str) or a autobyte Tuner instance, but got tuner={tuner!r}.")
+    try:
+        from ..core.tuners import make_tuner, tuner_names
+    except ImportError:
+        if tuner == "static":
+            return StaticTuner(**tuner_kwargs)
+        raise ValueError(
+            f"tuner must be 'static' or a Tuner instance (the tuner registry autobyte.core.tuners is not available), "
+            f"but got tuner={tuner!r}."
+        ) from None
+    names = tuner_names()
+    if tuner not in names:
+        raise ValueError(f"tuner must be one of {names} or a Tuner instance, but got tuner={tuner!r}.")
+    try:
+        return make_tuner(tuner, **tuner_kwargs)
+    except ImportError as exc:
+        raise ImportError(f"tuner={tuner!r} could not be built because an import failed ({exc}); install what it needs or pass tuner='static'.") from exc
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {rule}, but got {name}={value!r}.")
+    return value
+
+
+class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd):  # type: ignore[misc,valid-type]
+    """Gluon Estimator event handler: scheduled, auto-tuned gradient communication on a ``dist_sync`` parameter server.
+
+    It replaces the Estimator's ``GradientUpdateHandler``: at the end of each
+    batch it pushes and pulls the gradients through a :class:`KVStoreEngine`
+    and applies the optimizer. Every ``window_iters`` batches, rank 0's tuner
+    sees every worker's statistics and may pick a new configuration, which
+    every worker applies from the next batch. With a non-distributed kvstore
+    (one worker) it warns once and training runs exactly as without it.
+
+    Args:
+        tuner: ``"autobyte"`` (default, the meta-network), ``"static"``
+            (never reconfigures), ``"grid"``, ``"bo"``, or a
+            :class:`~autobyte.core.tuning.Tuner` instance.
+        partition_bytes: initial partition (default ByteScheduler's, 4 MB).
+        credit_bytes: initial credit (default ByteScheduler's, 16 MB).
+        window_iters: batches per decision window (default 10).
+        warmup_iters: batches ignored at the start and after each
+            reconfiguration (default 2).
+        search_space: candidate configurations (default
+            :meth:`SearchSpace.default`).
+        kvstore: overrides the Trainer's kvstore (type string or KVStore).
+        tuner_kwargs: keyword arguments for a tuner built by name.
+        verbose: log windows and decisions with the Estimator's logger (rank 0 only).
+        priority: Estimator handler priority (default -2000, the slot of
+            ``GradientUpdateHandler``).
+
+    Raises:
+        ImportError: MXNet is missing (with the install command).
+        RuntimeError: MXNet is not 1.9.x.
+        TypeError, ValueError: bad arguments; the message names the argument.
+
+    Example::
+
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="dist_sync")
+        est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
+        est.fit(train_data, epochs=2, event_handlers=[AutoByteHandler(tuner="static")])
+    """
+
+    def __init__(
+        self,
+        tuner: str | Tuner = "autobyte",
+        partition_bytes: int = BYTESCHEDULER_DEFAULT.partition_bytes,
+        credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,
+        *,
+        window_iters: int = 10,
+        warmup_iters: int = 2,
+        search_space: SearchSpace | None = None,
+        kvstore: Any = None,
+        tuner_kwargs: dict[str, Any] | None = None,
+        verbose: bool = True,
+        priority: float = -2000,
+    ) -> None:
+        if _IMPORT_ERROR is not None:
+            raise ImportError(f"AutoByteHandler needs MXNet, which could not be imported ({_IMPORT_ERROR}); {INSTALL_HINT}.")
+        import_mxnet()
+        self.initial = Config(partition_bytes, credit_bytes)
+        self.window_iters = _check_int("window_iters", window_iters, 1)
+        self.warmup_iters = _check_int("warmup_iters", warmup_iters, 0)
+        if search_space is not None and not isinstance(search_space, SearchSpace):
+            raise TypeError(f"search_space must be a SearchSpace or None, but got search_space={search_space!r}.")
+        if tuner_kwargs is not None and not isinstance(tuner_kwargs, dict):
+            raise TypeError(f"tuner_kwargs must be a dict or None, but got tuner_kwargs={tuner_kwargs!r}.")
+        self.tuner = _make_tuner(tuner, dict(tuner_kwargs or {}))
+        self.search_space = search_space if search_space is not None else SearchSpace.default()
+        self.kvstore = kvstore
+        self.verbose = bool(verbose)
+        self.priority = priority
+        self.engine: KVStoreEngine | None = None
+        self.controller: Controller | None = None
+        #: ``(iteration, old, new, reason)`` of every reconfiguration applied, on every rank.
+        self.reconfigurations: list[tuple[int, Config, Config, str]] = []
+        self._restored: dict[str, Any] | None = None
+        self._logger: Any = None
+
+    # ---------------------------------------------------------------- events
+    def train_begin(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
+        self._logger = getattr(estimator, "logger", None)
+        if self.engine is None:
+            self.engine = schedule(
+                estimator.trainer, partition_bytes=self.initial.partition_bytes,
+                credit_bytes=self.initial.credit_bytes, kvstore=self.kvstore,
+            )
+            if not self.engine.distributed:
+                warnings.warn(
+                    "AutoByteHandler: the Trainer's kvstore is not distributed, so there is one worker and no "
+                    "communication to schedule; training runs unchanged (use kvstore='dist_sync' with DMLC_* "
+                    "variables set to train on a parameter server).",
+                    stacklevel=2,
+                )
+            if self._restored is not None:
+                self.engine.load_state_dict(self._restored.get("engine", {}))
+
+    def batch_begin(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
+        if self.engine is None:
+            self.train_begin(estimator)
+        assert self.engine is not None
+        self.engine.begin_iteration()
+
+    def batch_end(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
+        if self.engine is None:
+            self.train_begin(estimator)
+        engine = self.engine
+        assert engine is not None
+        loss = kwargs["loss"]
+        losses = loss if isinstance(loss, (list, tuple)) else [loss]
+        engine.step(sum(int(l.shape[0]) for l in losses))
+        if engine.distributed:
+            self._after_step(engine)
+
+    def train_end(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
+        if self.engine is not None and self.engine.distributed and self.engine.rank == 0 and self.verbose:
+            self._log(f"autobyte: finished at {self.engine.config} after {self.engine.iteration} batches, "
+                      f"{len(self.reconfigurations)} reconfiguration(s).")
+
+    # ------------------------------------------------------------ decisions
+    def _after_step(self, engine: KVStoreEngine) -> None:
+        it = engine.iteration - 1  # the batch just finished
+        if self.controller is None:
+            self._start_controller(engine)
+        controller = self.controller
+        assert controller is not None and engine.stats is not None
+        if not controller.counts(it):
+            engine.stats.reset()
+            return
+        if engine.stats.n_iters < self.window_iters:
+            return
+        windows = engine.gather_windows(engine.stats.window())
+        decision = controller.decide(it, windows) if engine.rank == 0 else None
+        if engine.rank == 0 and self.verbose:
+            entry = controller.history[-1] if controller.history else {}
+            self._log(f"autobyte: batch {it}: {controller.current}, observed {entry.get('speed', float('nan')):.1f} samples/s")
+        cfg = engine.agree(decision.config if decision is not None else None, at_iteration=it + 1)
+        if cfg is not None:
+            reason = decision.reason if decision is not None else "rank 0's decision"
+            self._apply(engine, cfg, it + 1, reason, decision.predicted_speed if decision is not None else None)
+
+    def _start_controller(self, engine: KVStoreEngine) -> None:
+        self.controller = Controller(
+            self.tuner, self.search_space, engine.config, "ps", [t.nbytes for t in engine.tensors],
+            window_iters=self.window_iters, warmup_iters=self.warmup_iters,
+        )
+        if self._restored is not None:
+            self.controller.load_state_dict(self._restored.get("controller", {}))
+            self._restored = None
+        # The tuner may choose where to begin; rank 0's choice holds everywhere.
+        proposal = self.controller.current if self.controller.current != engine.config else None
+        cfg = engine.agree(proposal, at_iteration=engine.iteration)
+        self.controller.current = engine.config
+        if cfg is not None and cfg != engine.config:
+            self._apply(engine, cfg, engine.iteration, "tuner start", None)
+
+    def _apply(self, engine: KVStoreEngine, cfg: Config, at: int, reason: str, predicted: float | None) -> None:
+        assert self.controller is not None
+        old = self.controller.current
+        engine.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason=reason)
+        self.controller.applied(at, cfg)
+        self.reconfigurations.append((at, old, cfg, reason))
+        if engine.rank == 0 and self.verbose:
+            pred = "" if predicted is None else f", predicted {predicted:.1f} samples/s"
+            self._log(f"autobyte: reconfigure at batch {at}: {old} -> {cfg} ({reason}{pred})")
+
+    def _log(self, msg: str) -> None:
+        if self._logger is not None:
+            self._logger.info(msg)
+        else:
+            print(msg, flush=True)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-type state: the controller (tuner included) and the engine's step and config."""
+        return {
+            "controller": self.controller.state_dict() if self.controller is not None else {},
+            "engine": self.engine.state_dict() if self.engine is not None else {},
+            "reconfigurations": [(i, a.to_dict(), b.to_dict(), r) for i, a, b, r in self.reconfigurations],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (applied when training starts if it has not yet)."""
+        self.reconfigurations = [(int(i), Config(**a), Config(**b), str(r)) for i, a, b, r in state.get("reconfigurations", [])]
+        if self.controller is not None:
+            self.controller.load_state_dict(state.get("controller", {}))
+        if self.engine is not None:
+            self.engine.load_state_dict(state.get("engine", {}))
+        if self.controller is None or self.engine is None:
+            self._restored = dict(state)
+
+
+__all__ = sorted([
+    "AutoByteHandler", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET", "WorkerResult", "check_mxnet_version",
+    "free_port", "launch_local_ps", "schedule",
+])

@@ -1,0 +1,184 @@
+"""MXNet integration without a parameter server: arguments, missing MXNet, versions, one worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autobyte.integrations._mxnet_imports import check_mxnet_version
+from autobyte.integrations._mxnet_launch import launch_local_ps
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_missing_mxnet_gives_install_hint() -> None:
+    code = (
+        "import sys; sys.modules['mxnet'] = None\n"
+        "from autobyte.integrations.mxnet import AutoByteHandler\n"
+        "try:\n    AutoByteHandler('static')\nexcept ImportError as e:\n    print('ERR', e)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "ERR AutoByteHandler needs MXNet" in proc.stdout
+    assert "pip install 'autobyte[mxnet]'" in proc.stdout
+
+
+@pytest.mark.parametrize("version", ["1.8.0", "2.0.0", "1.10.1", "unknown"])
+def test_unsupported_mxnet_version_rejected(version: str) -> None:
+    with pytest.raises(RuntimeError, match=rf"supports mxnet 1\.9\.x, but mxnet=={version} is installed"):
+        check_mxnet_version(version)
+
+
+@pytest.mark.parametrize("version", ["1.9.0", "1.9.1"])
+def test_supported_mxnet_version_accepted(version: str) -> None:
+    check_mxnet_version(version)
+
+
+def test_launcher_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match=r"command must be a non-empty argv list, but got command=\[\]"):
+        launch_local_ps([])
+    with pytest.raises(ValueError, match=r"command must be a non-empty argv list, but got command='x.py'"):
+        launch_local_ps("x.py")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"n_workers must be an integer >= 1, but got n_workers=0"):
+        launch_local_ps(["x"], n_workers=0)
+    with pytest.raises(ValueError, match=r"n_servers must be an integer >= 1, but got n_servers=True"):
+        launch_local_ps(["x"], n_servers=True)
+    with pytest.raises(ValueError, match=r"timeout_s must be a positive number of seconds, but got timeout_s=0"):
+        launch_local_ps(["x"], timeout_s=0)
+
+
+def test_launcher_times_out_and_kills_workers() -> None:
+    pytest.importorskip("mxnet")
+    with pytest.raises(TimeoutError, match="did not finish within timeout_s=2"):
+        launch_local_ps([sys.executable, "-c", "import time; time.sleep(60)"], timeout_s=2)
+
+
+# --------------------------------------------------------------------------- with MXNet
+mx = pytest.importorskip("mxnet")
+from mxnet import gluon  # noqa: E402
+from mxnet.gluon.contrib.estimator import Estimator  # noqa: E402
+
+from autobyte.core.space import Config, SearchSpace  # noqa: E402
+from autobyte.core.tuning import StaticTuner  # noqa: E402
+from autobyte.integrations.mxnet import AutoByteHandler, schedule  # noqa: E402
+
+
+def _trainer(kvstore: object = "device") -> tuple[object, object]:
+    mx.random.seed(3)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(3))
+    net.initialize(mx.init.Xavier())
+    return net, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=kvstore)
+
+
+def _data() -> object:
+    rs = np.random.RandomState(0)
+    X = rs.randn(96, 8).astype("float32")
+    y = (X[:, 0] > 0).astype("float32") + (X[:, 1] > 0)
+    return gluon.data.DataLoader(gluon.data.ArrayDataset(X, y), batch_size=16)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"partition_bytes": 0}, ValueError, r"partition_bytes must be a positive integer number of bytes, but got partition_bytes=0\."),
+        ({"credit_bytes": 1.5}, TypeError, r"credit_bytes must be a positive integer number of bytes, but got credit_bytes=1\.5\."),
+        ({"window_iters": 0}, ValueError, r"window_iters must be a positive integer, but got window_iters=0\."),
+        ({"window_iters": True}, ValueError, r"window_iters must be a positive integer, but got window_iters=True\."),
+        ({"warmup_iters": -1}, ValueError, r"warmup_iters must be an integer >= 0, but got warmup_iters=-1\."),
+        ({"tuner": "nope"}, ValueError, r"tuner must be .* but got tuner='nope'\."),
+        ({"tuner": 3}, TypeError, r"tuner must be a tuner name \(str\) or a autobyte Tuner instance, but got tuner=3\."),
+        ({"search_space": [Config(1, 1)]}, TypeError, r"search_space must be a SearchSpace or None, but got search_space=\["),
+        ({"tuner_kwargs": [1]}, TypeError, r"tuner_kwargs must be a dict or None, but got tuner_kwargs=\[1\]\."),
+    ],
+)
+def test_handler_rejects_bad_arguments(kwargs: dict, exc: type, match: str) -> None:
+    kwargs = {"tuner": "static", **kwargs}
+    with pytest.raises(exc, match=match):
+        AutoByteHandler(**kwargs)
+
+
+def test_handler_accepts_good_arguments() -> None:
+    space = SearchSpace.grid([1024, 4096], [1, 2])
+    h = AutoByteHandler(StaticTuner(), 4096, 8192, window_iters=3, warmup_iters=0, search_space=space)
+    assert h.initial == Config(4096, 8192) and h.window_iters == 3 and h.search_space is space
+
+
+def test_handler_rejects_unsupported_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mx, "__version__", "2.0.0")
+    with pytest.raises(RuntimeError, match=r"supports mxnet 1\.9\.x, but mxnet==2\.0\.0 is installed"):
+        AutoByteHandler("static")
+
+
+def test_engine_rejects_bad_arguments() -> None:
+    with pytest.raises(TypeError, match=r"trainer must be a mxnet\.gluon\.Trainer, but got trainer=3\."):
+        schedule(3, partition_bytes=1024, credit_bytes=1024)
+    _, trainer = _trainer()
+    with pytest.raises(ValueError, match=r"partition_bytes must be a positive integer number of bytes, but got partition_bytes=-1\."):
+        schedule(trainer, partition_bytes=-1, credit_bytes=1024)
+    with pytest.raises(TypeError, match=r"kvstore must be a KVStore type string, a KVStore or None, but got kvstore=5\."):
+        schedule(trainer, partition_bytes=1024, credit_bytes=1024, kvstore=5)
+    engine = schedule(trainer, partition_bytes=1024, credit_bytes=1024)
+    with pytest.raises(ValueError, match=r"at_iteration must be an integer >= the next step 0, but got at_iteration=-2\."):
+        engine.reconfigure(1024, 1024, at_iteration=-2)
+
+
+def test_engine_rejects_a_trainer_that_already_communicated() -> None:
+    net, trainer = _trainer(mx.kv.create("local"))
+    x = mx.nd.ones((4, 8))
+    with mx.autograd.record():
+        loss = net(x).sum()
+    loss.backward()
+    trainer.step(4)
+    with pytest.raises(RuntimeError, match=r"trainer has already created its KVStore .* before the first trainer\.step\(\)"):
+        schedule(trainer, partition_bytes=1024, credit_bytes=1024)
+
+
+def _weights(net: object) -> list[np.ndarray]:
+    # Gluon names parameters by instance count (dense0, dense2...): compare in order.
+    return [p.data().asnumpy() for p in net.collect_params().values()]
+
+
+def _fit(with_handler: bool) -> tuple[list[np.ndarray], AutoByteHandler | None]:
+    net, trainer = _trainer()
+    est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
+    handler = AutoByteHandler("static", 1024, 2048, window_iters=2) if with_handler else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(_data(), epochs=2, event_handlers=[handler] if handler else None)
+    return _weights(net), handler
+
+
+def test_world_size_one_just_trains() -> None:
+    ref, _ = _fit(False)
+    net, trainer = _trainer()
+    est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
+    handler = AutoByteHandler("static", 1024, 2048, window_iters=2)
+    with pytest.warns(UserWarning, match=r"kvstore is not distributed, so there is one worker .* training runs unchanged"):
+        est.fit(_data(), epochs=2, event_handlers=[handler])
+    got = _weights(net)
+    assert handler.engine is not None and not handler.engine.distributed
+    assert handler.engine.iteration == 12 and handler.engine.num_workers == 1
+    assert len(got) == len(ref) == 4
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a, b)
+    untrained, _ = _trainer()
+    untrained(mx.nd.ones((1, 8)))  # finish deferred initialisation
+    assert not np.allclose(_weights(untrained)[1], ref[1])  # it trained
+
+
+def test_handler_state_dict_round_trip() -> None:
+    _, handler = _fit(True)
+    assert handler is not None
+    state = handler.state_dict()
+    fresh = AutoByteHandler("static", 4096, 4096)
+    fresh.load_state_dict(state)
+    assert fresh._restored is not None and fresh._restored["engine"]["iteration"] == 12
+    assert state["engine"]["config"] == {"partition_bytes": 1024, "credit_bytes": 2048}
