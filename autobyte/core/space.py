@@ -33,15 +33,15 @@ def check_bytes(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             raise TypeError(
-                f"{name} must be a positive integer number of bytes, but got {name}={value!r} "
+                f"{name} must be a positive integer, but got {name}={value!r} "
                 f"(a float); pass int({value!r})."
             )
         raise TypeError(
-            f"{name} must be a positive integer number of bytes, but got {name}={value!r}."
+            f"{name} must be a positive integer, but got {name}={value!r}."
         )
     value = int(value)
     if value <= 0:
-        raise ValueError(f"{name} must be a positive integer number of bytes, but got {name}={value}.")
+        raise ValueError(f"{name} must be a positive integer, but got {name}={value}.")
     if value > MAX_BYTES:
         raise ValueError(
             f"{name} must be at most {MAX_BYTES} bytes (1 TiB), but got {name}={value}; "

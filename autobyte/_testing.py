@@ -1,0 +1,79 @@
+"""Launch real multi-process jobs on this host (tests, benchmarks, examples).
+
+Each rank is a separate ``python`` process with the environment variables
+``torch.distributed``'s ``env://`` rendezvous reads (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT), as ``torchrun`` would set them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def launch(
+    argv: Sequence[str],
+    world_size: int = 2,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 300.0,
+    cwd: str | None = None,
+) -> list[RankResult]:
+    """Run ``python *argv`` as ``world_size`` ranks and wait for all of them.
+
+    Ranks still running after ``timeout_s`` are killed (their return code is
+    then negative). Output is captured per rank.
+    """
+    port = free_port()
+    procs = []
+    t0 = time.monotonic()
+    for rank in range(world_size):
+        e = dict(os.environ)
+        e.update(env or {})
+        e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        e.setdefault("OMP_NUM_THREADS", "1")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, *argv], env=e, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True,
+            )
+        )
+    results: list[RankResult | None] = [None] * world_size
+    try:
+        for rank, p in enumerate(procs):
+            left = max(0.1, timeout_s - (time.monotonic() - t0))
+            try:
+                out, err = p.communicate(timeout=left)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                out, err = p.communicate()
+                err += f"\n[autobyte launch] rank {rank} killed after {timeout_s:g} s"
+            results[rank] = RankResult(rank, p.returncode, out, err, time.monotonic() - t0)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    return [r for r in results if r is not None]

@@ -1,0 +1,778 @@
+"""The PyTorch engine: scheduled gradient all-reduce on ``torch.distributed``.
+
+Usage in a ``torchrun`` script (no Lightning needed)::
+
+    import torch.distributed as dist
+    from autobyte.integrations.torch import schedule
+
+    dist.init_process_group("gloo")          # or "nccl" on GPUs
+    model = MyModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    handle = schedule(model, optimizer, partition_bytes=4_000_000, credit_bytes=16_000_000)
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    handle.synchronize()                      # all updates applied (before eval/saving)
+
+What happens: each parameter's gradient is copied into its message as soon
+as autograd has accumulated it; messages (split/fused by
+:func:`autobyte.core.scheduler.plan_messages`) are all-reduced
+asynchronously under the credit window, in an order every rank shares; when
+all chunks of a parameter are averaged the optimizer updates that parameter
+alone, and each module's next forward waits only for its own parameters
+(cross-iteration overlap, as ByteScheduler's PyTorch plugin).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import queue
+import socket
+import threading
+import time
+import warnings
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..core.metrics import StatsCollector, WindowStats
+from ..core.scheduler import Message, Scheduler, TensorSpec, plan_order
+from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace, check_bytes
+from ..core.tuning import Controller, Decision, Tuner
+from ._imports import require_torch
+
+torch = require_torch()
+import torch.distributed as dist  # noqa: E402
+
+__all__ = ["PeerLostError", "ScheduledTraining", "schedule"]
+
+#: Optimizers whose update needs every gradient at once: refused in overlap mode.
+_GLOBAL_OPTIMIZERS = ("LBFGS",)
+
+
+class PeerLostError(RuntimeError):
+    """A peer rank stopped answering (crashed, killed, or hung past the timeout)."""
+
+
+@dataclass
+class _IterPlan:
+    iteration: int
+    messages: list[Message]
+    order: list[int]
+    credit_bytes: int
+    hypers: list[dict[str, Any]]
+
+
+class ScheduledTraining:
+    """Handle returned by :func:`schedule`: owns hooks, threads and statistics.
+
+    Use :meth:`reconfigure` to change ``<partition_bytes, credit_bytes>`` (a
+    collective call: every rank must pass the same values), :meth:`synchronize`
+    before reading parameters outside the training loop, :meth:`window_stats`
+    for statistics and :meth:`close` to restore the model and optimizer.
+    """
+
+    def __init__(
+        self,
+        model: "torch.nn.Module",
+        optimizer: "torch.optim.Optimizer",
+        config: Config,
+        *,
+        process_group: Any = None,
+        overlap: bool = True,
+        broadcast_buffers: bool = True,
+        timeout_s: float = 300.0,
+        tuner: Tuner | None = None,
+        space: SearchSpace | None = None,
+        window_iters: int = 10,
+        warmup_iters: int = 2,
+        on_decision: Callable[[int, Decision | None, Config], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.overlap = overlap
+        self.timeout_s = timeout_s
+        self.broadcast_buffers = broadcast_buffers
+        self.on_decision = on_decision
+
+        self.params = _unique_trainable(model)
+        if not self.params:
+            raise ValueError("model has no trainable parameters (every parameter has requires_grad=False); there is nothing to synchronise.")
+        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_opt]
+        if missing:
+            warnings.warn(f"autobyte: {len(missing)} trainable parameters are not in the optimizer (e.g. {missing[0]!r}); their gradients are averaged but never applied.", stacklevel=3)
+        if overlap and type(optimizer).__name__ in _GLOBAL_OPTIMIZERS:
+            raise ValueError(
+                f"optimizer {type(optimizer).__name__} needs all gradients at once and cannot update parameters one by one; "
+                "pass overlap=False (synchronous mode: gradients are averaged at the end of backward, then your step() runs)."
+            )
+
+        self.group = process_group
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size(process_group) if self.distributed else 1
+        self.rank = dist.get_rank(process_group) if self.distributed else 0
+        self.active = self.world_size > 1
+        names = {id(p): n for n, p in model.named_parameters()}
+        self.tensors = [
+            TensorSpec(names.get(id(p), f"param{i}"), p.numel(), p.element_size(), i, str(p.dtype).replace("torch.", ""))
+            for i, p in enumerate(self.params)
+        ]
+        self.scheduler = Scheduler(self.tensors, config)
+        self.stats = StatsCollector(len(self.params))
+        self._stats_lock = threading.Lock()
+        self.iteration = -1
+        self._in_iteration = False
+        self._batch = 0
+        self._order: list[int] = list(range(len(self.scheduler.messages)))
+        self._error: BaseException | None = None
+        self._closed = False
+        self._hooks: list[Any] = []
+        self._layer_estimate: np.ndarray | None = None
+        self._bw_estimate: float | None = None
+        self.controller: Controller | None = None
+        if tuner is not None:
+            link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
+            self.controller = Controller(
+                tuner, space or SearchSpace.default(), config, "allreduce", [t.nbytes for t in self.tensors],
+                window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link,
+            )
+            if self.controller.current != config:
+                self.scheduler = Scheduler(self.tensors, self.controller.current)
+        self.window_iters = window_iters
+
+        if self.active:
+            backend = dist.get_backend(process_group)
+            ranks = None if process_group is None else dist.get_process_group_ranks(process_group)
+            # Gradient traffic runs on its own group, issued by one thread, so the
+            # main thread's own collectives (buffers, statistics) never interleave with it.
+            self.comm_group = dist.new_group(ranks=ranks, backend=backend, timeout=timedelta(seconds=timeout_s))
+            self.device = self.params[0].device
+            self._peers = self._exchange_identity()
+            self._broadcast_state()
+            self._ready_q: "queue.Queue[tuple]" = queue.Queue()
+            self._done_q: "queue.Queue[tuple]" = queue.Queue()
+            self._updated = [threading.Event() for _ in self.params]
+            for ev in self._updated:
+                ev.set()
+            self._cv = threading.Condition()
+            self._done_iter = -1  # last iteration whose messages are all done
+            self._backward_iter = -1  # last iteration that ran a backward
+            self._shadow = copy.copy(optimizer)
+            self._group_of = {}
+            for gi, g in enumerate(optimizer.param_groups):
+                for p in g["params"]:
+                    self._group_of[id(p)] = gi
+            self._issuer = threading.Thread(target=self._issue_loop, name="autobyte-issuer", daemon=True)
+            self._completer = threading.Thread(target=self._complete_loop, name="autobyte-completer", daemon=True)
+            self._issuer.start()
+            self._completer.start()
+        self._install_hooks()
+
+    # ------------------------------------------------------------------ set-up
+    def _exchange_identity(self) -> list[tuple[int, int]]:
+        """Every rank's (host hash, pid), to name a lost peer later."""
+        me = torch.tensor([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=torch.int64)
+        out = [torch.zeros(2, dtype=torch.int64) for _ in range(self.world_size)]
+        self._collective(lambda: dist.all_gather(out, me, group=self.group))
+        return [(int(t[0]), int(t[1])) for t in out]
+
+    def _broadcast_state(self) -> None:
+        """Start from rank 0's parameters and buffers, as DDP does."""
+        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        with torch.no_grad():
+            for t in list(self.params) + [b for b in self.model.buffers()]:
+                self._collective(lambda t=t: dist.broadcast(t.data, src, group=self.group))
+
+    def _install_hooks(self) -> None:
+        m = self.model
+        self._hooks.append(m.register_forward_pre_hook(self._root_pre_forward, with_kwargs=True))
+        self._hooks.append(m.register_forward_hook(self._root_post_forward))
+        if not self.active:
+            return
+        for i, p in enumerate(self.params):
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
+        if self.overlap:
+            index = {id(p): i for i, p in enumerate(self.params)}
+            for mod in m.modules():
+                own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
+                if own:
+                    self._hooks.append(mod.register_forward_pre_hook(self._make_wait_hook(own)))
+            self._orig_step = self.optimizer.step
+            self._orig_zero_grad = self.optimizer.zero_grad
+            self.optimizer.step = self._step  # type: ignore[method-assign]
+            self.optimizer.zero_grad = self._zero_grad  # type: ignore[method-assign]
+        self._hooks.append(self.model.register_state_dict_pre_hook(lambda *a, **k: self.synchronize()))
+        self._orig_opt_state_dict = self.optimizer.state_dict
+        self.optimizer.state_dict = self._opt_state_dict  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------ main thread
+    def _root_pre_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
+        if not (torch.is_grad_enabled() and module.training):
+            return  # evaluation forward: not an iteration
+        self._raise_if_failed()
+        now = time.perf_counter()
+        batch = _batch_size(args, kwargs)
+        with self._stats_lock:
+            if self._in_iteration:
+                self.stats.end_iteration(now, self._batch)
+        self._in_iteration = False
+        self.iteration += 1
+        it = self.iteration
+        if self.controller is not None and self.stats.n_iters >= self.window_iters:
+            self._window_boundary(it)
+        changed = self.scheduler.begin_iteration(it)
+        if changed:
+            if self.controller is not None:
+                self.controller.applied(it, self.scheduler.config)
+            self._order = self._planned_order()
+        if self.active:
+            if self.broadcast_buffers:
+                self._sync_buffers()
+            if self.overlap:
+                self._shadow.state = self.optimizer.state
+                self._shadow.defaults = self.optimizer.defaults
+            hypers = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+            self._ready_q.put(("iter", _IterPlan(it, self.scheduler.messages, list(self._order), self.scheduler.config.credit_bytes, hypers)))
+        counted = self.controller is None or self.controller.counts(it)
+        with self._stats_lock:
+            if counted:
+                self.stats.begin_iteration(time.perf_counter())
+                self._in_iteration = True
+        self._batch = batch
+
+    def _root_post_forward(self, module: Any, args: Any, output: Any) -> None:
+        if self._in_iteration:
+            with self._stats_lock:
+                self.stats.forward_done(time.perf_counter())
+
+    def _make_grad_hook(self, i: int) -> Callable[[Any], None]:
+        def hook(p: Any) -> None:
+            with self._stats_lock:
+                self.stats.grad_ready(i, time.perf_counter())
+            if not self._backward_open:
+                self._backward_open = True
+                self._backward_iter = self.iteration
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+            self._updated[i].clear()
+            self._ready_q.put(("ready", i))
+
+        return hook
+
+    _backward_open = False
+
+    def _end_backward(self) -> None:
+        self._backward_open = False
+        self._ready_q.put(("end",))
+        if not self.overlap:
+            self._wait_iteration(self._backward_iter, "all gradients of this iteration")
+
+    def _make_wait_hook(self, own: Sequence[int]) -> Callable[..., None]:
+        def hook(module: Any, args: Any) -> None:
+            for i in own:
+                if not self._updated[i].is_set():
+                    self._wait(self._updated[i], f"the update of parameter {self.tensors[i].name!r}")
+
+        return hook
+
+    def _step(self, closure: Any = None) -> None:
+        if closure is not None:
+            raise ValueError("optimizer.step(closure) is not supported in overlap mode (parameters are updated one by one as their gradients arrive); pass overlap=False.")
+        self._raise_if_failed()
+        self.optimizer._opt_called = True  # type: ignore[attr-defined]  # keeps lr_scheduler's order check quiet
+        return None
+
+    def _zero_grad(self, set_to_none: bool = True) -> None:
+        # Gradients are consumed and cleared by the scheduler after each update.
+        return None
+
+    def _opt_state_dict(self) -> dict[str, Any]:
+        self.synchronize()
+        return self._orig_opt_state_dict()
+
+    def _sync_buffers(self) -> None:
+        bufs = [b for b in self.model.buffers() if b.numel()]
+        if not bufs:
+            return
+        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        with torch.no_grad():
+            flat = torch.cat([b.detach().reshape(-1).to(torch.float64) for b in bufs])
+            self._collective(lambda: dist.broadcast(flat, src, group=self.group))
+            off = 0
+            for b in bufs:
+                n = b.numel()
+                b.copy_(flat[off:off + n].view_as(b).to(b.dtype))
+                off += n
+
+    def _window_boundary(self, it: int) -> None:
+        """Gather every rank's window, let rank 0 decide, apply everywhere at ``it``."""
+        assert self.controller is not None
+        with self._stats_lock:
+            mine = self.stats.window()
+        windows = [mine]
+        if self.active:
+            vec = torch.tensor(mine.to_vector(), dtype=torch.float64)
+            out = [torch.zeros_like(vec) for _ in range(self.world_size)]
+            self._collective(lambda: dist.all_gather(out, vec, group=self.group))
+            windows = [WindowStats.from_vector(v.numpy()) for v in out]
+        self._learn_estimates(windows)
+        decision = self.controller.decide(it, windows) if self.rank == 0 else None
+        cfg = decision.config if decision is not None else self.scheduler.config
+        if self.active:
+            msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, int(decision is not None)], dtype=torch.int64)
+            src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+            self._collective(lambda: dist.broadcast(msg, src, group=self.group))
+            cfg = Config(int(msg[0]), int(msg[1]))
+        if cfg != self.scheduler.config:
+            self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=it, reason=decision.reason if decision else "rank 0")
+        else:
+            self._order = self._planned_order()
+        if self.on_decision is not None:
+            self.on_decision(it, decision, cfg)
+
+    def _learn_estimates(self, windows: Sequence[WindowStats]) -> None:
+        self._layer_estimate = np.mean([w.layer_backward_s for w in windows], axis=0)
+        bws = [w.bandwidth_Bps for w in windows if w.bandwidth_Bps > 0]
+        self._bw_estimate = float(np.mean(bws)) if bws else None
+
+    def _planned_order(self) -> list[int]:
+        """Issue order for the current plan, identical on every rank.
+
+        Without timing estimates: plan order (gradients' ready order). With
+        them (gathered from all ranks, so every rank computes the same
+        numbers), the order a credit-based priority queue would produce; rank
+        0's result is broadcast so float differences can never split ranks.
+        """
+        msgs = self.scheduler.messages
+        order = list(range(len(msgs)))
+        if self._layer_estimate is not None and self._bw_estimate:
+            lay = self._layer_estimate
+            rank_in_ready: dict[int, float] = {}
+            t = 0.0
+            for ti in sorted(range(len(self.tensors)), key=lambda i: -i):
+                t += float(lay[ti])
+                rank_in_ready[ti] = t
+            bw = self._bw_estimate
+            order = plan_order(
+                msgs, self.scheduler.config.credit_bytes,
+                lambda m: max(rank_in_ready[s.tensor] for s in m.segments),
+                lambda m: m.nbytes / bw,
+            )
+        if self.active:
+            tensor = torch.tensor(order, dtype=torch.int64)
+            src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+            self._collective(lambda: dist.broadcast(tensor, src, group=self.group))
+            order = [int(x) for x in tensor]
+        return order
+
+    # ------------------------------------------------------------- public API
+    def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None) -> Config:
+        """Switch to ``<partition_bytes, credit_bytes>`` at an iteration boundary.
+
+        A collective call: every rank must call it with the same values.
+
+        Raises:
+            TypeError, ValueError: invalid sizes, or ranks disagree.
+        """
+        cfg = Config(partition_bytes, credit_bytes)
+        at = self.iteration + 1 if at_iteration is None else at_iteration
+        if self.active:
+            mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at], dtype=torch.int64)
+            out = [torch.zeros_like(mine) for _ in range(self.world_size)]
+            self._collective(lambda: dist.all_gather(out, mine, group=self.group))
+            seen = [tuple(int(x) for x in t) for t in out]
+            if len(set(seen)) > 1:
+                detail = ", ".join(f"rank {r}: partition_bytes={s[0]}, credit_bytes={s[1]}, at_iteration={s[2]}" for r, s in enumerate(seen))
+                raise ValueError(f"reconfigure must be called with the same arguments on every rank, but got {detail}.")
+        self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason="user")
+        return cfg
+
+    @property
+    def config(self) -> Config:
+        return self.scheduler.config
+
+    def window_stats(self, reset: bool = True) -> WindowStats:
+        """This rank's statistics since the last call (see :class:`WindowStats`)."""
+        with self._stats_lock:
+            return self.stats.window(reset=reset)
+
+    @property
+    def bytes_per_iteration(self) -> int:
+        """Gradient bytes the scheduler carries per iteration (every parameter)."""
+        return self.scheduler.total_bytes
+
+    def synchronize(self) -> None:
+        """Wait until every update of the current iteration has been applied."""
+        if self.active and not self._closed:
+            self._raise_if_failed()
+            self._wait_iteration(self._backward_iter, "the pending updates")
+
+    def close(self) -> None:
+        """Finish pending work, remove hooks and restore the optimizer's methods."""
+        if self._closed:
+            return
+        try:
+            if self.active and self._error is None:
+                self.synchronize()
+        finally:
+            self._closed = True
+            for h in self._hooks:
+                h.remove()
+            for name in ("step", "zero_grad", "state_dict"):
+                self.optimizer.__dict__.pop(name, None)
+            if self.active:
+                self._ready_q.put(("stop",))
+                self._issuer.join(timeout=5)
+                self._completer.join(timeout=5)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-typed state: configuration, iteration, controller/tuner state."""
+        out: dict[str, Any] = {"config": self.config.to_dict(), "iteration": self.iteration}
+        if self.controller is not None:
+            out["controller"] = self.controller.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        cfg = Config(**state["config"]) if "config" in state else self.config
+        if self.controller is not None and "controller" in state:
+            self.controller.load_state_dict(state["controller"])
+        if cfg != self.config:
+            self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=self.iteration + 1, reason="restored")
+
+    # --------------------------------------------------------------- failures
+    def _collective(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except RuntimeError as exc:
+            raise self._lost(exc) from exc
+
+    def _wait(self, ev: threading.Event, what: str) -> None:
+        if not ev.wait(self.timeout_s):
+            self._error = self._error or TimeoutError(f"waited {self.timeout_s:g} s for {what}")
+        self._raise_if_failed()
+
+    def _wait_iteration(self, it: int, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        with self._cv:
+            while self._done_iter < it and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._error = TimeoutError(f"waited {self.timeout_s:g} s for {what}")
+                    break
+                self._cv.wait(left)
+        self._raise_if_failed()
+
+    def _finish_iteration(self, it: int) -> None:
+        with self._cv:
+            self._done_iter = max(self._done_iter, it)
+            self._cv.notify_all()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            err = self._error
+            raise self._lost(err) from err
+
+    def _lost(self, exc: BaseException) -> PeerLostError:
+        if isinstance(exc, PeerLostError):
+            return exc
+        host = zlib.crc32(socket.gethostname().encode())
+        dead: list[str] = []
+        unknown: list[str] = []
+        peers = [(r, h, pid) for r, (h, pid) in enumerate(getattr(self, "_peers", [])) if r != self.rank]
+        local = [(r, pid) for r, h, pid in peers if h == host]
+        unknown = [f"rank {r}" for r, h, _ in peers if h != host]
+        # A crashing peer may take a moment to exit: look for up to 2 s.
+        deadline = time.monotonic() + 2.0
+        while local and not dead:
+            dead = [f"rank {r} (pid {pid}, exited)" for r, pid in local if not _pid_alive(pid)]
+            if dead or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if dead:
+            who = "lost peer: " + ", ".join(dead)
+        elif unknown:
+            who = "peer not answering, one of: " + ", ".join(unknown)
+        else:
+            who = "no local peer exited; a peer is hung or the network is down"
+        return PeerLostError(f"autobyte: rank {self.rank} stopped at iteration {self.iteration}: {who} ({type(exc).__name__}: {exc}). Timeout is timeout_s={self.timeout_s:g}.")
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        for ev in self._updated:
+            ev.set()
+        with self._cv:
+            self._cv.notify_all()
+
+    # ------------------------------------------------------- background threads
+    def _issue_loop(self) -> None:
+        try:
+            self._issue_loop_inner()
+        except BaseException as exc:  # noqa: BLE001 - reported to the main thread
+            self._fail(exc)
+            self._done_q.put(("stop",))
+
+    def _issue_loop_inner(self) -> None:
+        deferred: list[tuple] = []
+        while True:
+            cmd = deferred.pop() if deferred else self._ready_q.get()
+            kind = cmd[0]
+            if kind == "stop":
+                self._done_q.put(("stop",))
+                return
+            if kind == "iter":
+                # The next iteration's forward may begin while this one's last
+                # messages are in flight (overlap); its plan waits its turn.
+                nxt = self._run_iteration(cmd[1])
+                if nxt is not None:
+                    deferred.append(nxt)
+            # 'ready'/'end' outside an iteration (e.g. a backward with no forward hook) are ignored.
+
+    def _run_iteration(self, plan: _IterPlan) -> tuple | None:
+        msgs = plan.messages
+        n_params = len(self.params)
+        ready = [False] * n_params
+        missing = [len(m.tensors) for m in msgs]
+        by_tensor: list[list[int]] = [[] for _ in range(n_params)]
+        for m in msgs:
+            for t in m.tensors:
+                by_tensor[t].append(m.index)
+        chunks_left = [len(b) for b in by_tensor]
+        msg_ready = [False] * len(msgs)
+        in_flight: deque[tuple[int, int]] = deque()
+        in_flight_bytes = 0
+        nxt = 0
+        n_done = 0
+        self._done_q.put(("iter", plan, chunks_left))
+        deferred: tuple | None = None
+        while n_done < len(msgs):
+            # Issue as far as readiness and credit allow, in the agreed order.
+            while nxt < len(msgs):
+                mi = plan.order[nxt]
+                m = msgs[mi]
+                if not msg_ready[mi]:
+                    break
+                if in_flight and in_flight_bytes + m.nbytes > plan.credit_bytes:
+                    break
+                self._issue(m)
+                in_flight.append((mi, m.nbytes))
+                in_flight_bytes += m.nbytes
+                nxt += 1
+            cmd = self._ready_q.get()
+            kind = cmd[0]
+            if kind == "ready":
+                i = cmd[1]
+                if not ready[i]:
+                    ready[i] = True
+                    for mi in by_tensor[i]:
+                        missing[mi] -= 1
+                        if missing[mi] == 0:
+                            msg_ready[mi] = True
+            elif kind == "end":
+                # Backward finished: parameters that got no gradient contribute zeros.
+                for i, p in enumerate(self.params):
+                    if not ready[i]:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                        self._updated[i].clear()
+                        self._ready_q.put(("ready", i))
+            elif kind == "done":
+                mi, nb = in_flight.popleft()
+                in_flight_bytes -= nb
+                n_done += 1
+            elif kind == "failed":
+                return None
+            elif kind == "iter" and deferred is None:
+                if not any(ready):
+                    # That iteration never ran a backward (forward only): drop it.
+                    self._done_q.put(("abandon", plan.iteration))
+                    return cmd
+                deferred = cmd
+            else:
+                raise RuntimeError(f"autobyte: internal error, got {kind!r} while iteration {plan.iteration} has {len(msgs) - n_done} messages left")
+        return deferred
+
+    def _issue(self, m: Message) -> None:
+        segs = m.segments
+        for t in m.tensors:
+            p = self.params[t]
+            if not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+        if len(segs) == 1:
+            g = self.params[segs[0].tensor].grad
+            buf = g.view(-1)[segs[0].start:segs[0].stop]
+            view = True
+        else:
+            buf = torch.cat([self.params[s.tensor].grad.reshape(-1)[s.start:s.stop] for s in segs])
+            view = False
+        t0 = time.perf_counter()
+        work = dist.all_reduce(buf, group=self.comm_group, async_op=True)
+        self._done_q.put(("msg", m, buf, view, work, t0))
+
+    def _complete_loop(self) -> None:
+        plan: _IterPlan | None = None
+        chunks_left: list[int] = []
+        try:
+            while True:
+                cmd = self._done_q.get()
+                if cmd[0] == "stop":
+                    return
+                if cmd[0] == "iter":
+                    plan, chunks_left = cmd[1], cmd[2]
+                    n_left = len(plan.messages)
+                    continue
+                if cmd[0] == "abandon":
+                    self._finish_iteration(cmd[1])
+                    continue
+                _, m, buf, view, work, t0 = cmd
+                work.wait()
+                t1 = time.perf_counter()
+                with torch.no_grad():
+                    buf.div_(self.world_size)
+                    if not view:
+                        off = 0
+                        for s in m.segments:
+                            n = s.numel
+                            self.params[s.tensor].grad.view(-1)[s.start:s.stop].copy_(buf[off:off + n])
+                            off += n
+                with self._stats_lock:
+                    self.stats.message_done(m.nbytes, t0, t1)
+                for t in m.tensors:
+                    chunks_left[t] -= 1
+                    if chunks_left[t] == 0:
+                        if self.overlap:
+                            self._apply_update(t, plan)
+                        else:
+                            self._updated[t].set()
+                self._ready_q.put(("done",))
+                n_left -= 1
+                if n_left == 0:
+                    self._finish_iteration(plan.iteration)
+        except BaseException as exc:  # noqa: BLE001 - reported to the main thread
+            self._fail(exc)
+            self._ready_q.put(("failed",))
+
+    def _apply_update(self, t: int, plan: _IterPlan) -> None:
+        p = self.params[t]
+        gi = self._group_of.get(id(p))
+        if gi is not None:
+            group = dict(plan.hypers[gi])
+            group["params"] = [p]
+            self._shadow.param_groups = [group]
+            type(self.optimizer).step(self._shadow)
+        p.grad = None
+        self._updated[t].set()
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` on this host is running (zombies count as exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _unique_trainable(model: Any) -> list[Any]:
+    seen: set[int] = set()
+    out = []
+    for p in model.parameters():
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def _batch_size(args: tuple, kwargs: dict) -> int:
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.dim() > 0:
+            return int(a.shape[0])
+    return 1
+
+
+def schedule(
+    model: "torch.nn.Module",
+    optimizer: "torch.optim.Optimizer",
+    *,
+    partition_bytes: int = BYTESCHEDULER_DEFAULT.partition_bytes,
+    credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,
+    process_group: Any = None,
+    overlap: bool = True,
+    broadcast_buffers: bool = True,
+    timeout_s: float = 300.0,
+    tuner: Tuner | str | None = None,
+    space: SearchSpace | None = None,
+    window_iters: int = 10,
+    warmup_iters: int = 2,
+    on_decision: Callable[[int, Decision | None, Config], None] | None = None,
+) -> ScheduledTraining:
+    """Take over gradient synchronisation of ``model`` with scheduled all-reduce.
+
+    Call it on every rank after ``torch.distributed.init_process_group`` (or
+    without a process group: world size 1 trains unchanged and only
+    statistics are collected), after creating the optimizer and before the
+    first forward. Do not also wrap the model in ``DistributedDataParallel``.
+
+    Args:
+        model: the module to train; parameters are broadcast from rank 0.
+        optimizer: any per-parameter torch optimizer (SGD, Adam, AdamW, ...).
+        partition_bytes: message size (split larger tensors, fuse smaller ones).
+        credit_bytes: most bytes in flight (``autobyte.core.UNLIMITED`` for none).
+        process_group: group to average over (default: the world).
+        overlap: True: update each parameter as soon as its gradient is
+            averaged, gating each module's next forward on its own parameters.
+            False: average every gradient by the end of ``backward()`` (as DDP
+            does), then your ``optimizer.step()`` runs as usual; use it for
+            global-norm clipping or optimizers such as LBFGS.
+        broadcast_buffers: broadcast buffers (e.g. batch-norm statistics) from
+            rank 0 before every training forward, as DDP does.
+        timeout_s: longest wait for a peer before :class:`PeerLostError`.
+        tuner: ``None`` (fixed config), a :class:`~autobyte.core.tuning.Tuner`,
+            or a registered name (``"static"``, ``"grid"``, ``"bo"``, ``"autobyte"``).
+        space: candidate configurations for the tuner.
+        window_iters: iterations per tuning window.
+        warmup_iters: iterations skipped after start and each reconfiguration.
+        on_decision: called on every rank after each window with
+            ``(iteration, decision or None, config in force)``.
+
+    Returns:
+        A :class:`ScheduledTraining` handle.
+
+    Raises:
+        TypeError, ValueError: invalid sizes or timeout, a model without
+            trainable parameters, a global optimizer in overlap mode.
+
+    Example:
+        >>> handle = schedule(model, opt, partition_bytes=1 << 20, credit_bytes=4 << 20)  # doctest: +SKIP
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, but got {type(model).__name__}.")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, but got {type(optimizer).__name__}.")
+    config = Config(partition_bytes, credit_bytes)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not np.isfinite(timeout_s) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, but got timeout_s={timeout_s!r}.")
+    if isinstance(tuner, str):
+        from ..core.tuners import make_tuner
+
+        tuner = make_tuner(tuner)
+    if tuner is not None and not isinstance(tuner, Tuner):
+        raise TypeError(f"tuner must be None, a tuner name or an autobyte Tuner, but got {tuner!r}.")
+    return ScheduledTraining(
+        model, optimizer, config, process_group=process_group, overlap=overlap, broadcast_buffers=broadcast_buffers,
+        timeout_s=float(timeout_s), tuner=tuner, space=space, window_iters=window_iters, warmup_iters=warmup_iters,
+        on_decision=on_decision,
+    )
