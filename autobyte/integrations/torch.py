@@ -82,9 +82,10 @@ class ScheduledTraining:
     def __init__(
         self,
         model: "torch.nn.Module",
-        optimizer: "torch.optim.Optimizer",
+        optimizer: "torch.optim.Optimizer | None",
         config: Config,
         *,
+        iteration_hooks: bool = True,
         process_group: Any = None,
         overlap: bool = True,
         broadcast_buffers: bool = True,
@@ -101,13 +102,14 @@ class ScheduledTraining:
         self.timeout_s = timeout_s
         self.broadcast_buffers = broadcast_buffers
         self.on_decision = on_decision
+        self.iteration_hooks = iteration_hooks
 
         self.params = _unique_trainable(model)
         if not self.params:
             raise ValueError("model has no trainable parameters (every parameter has requires_grad=False); there is nothing to synchronise.")
-        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]} if optimizer is not None else set()
         missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_opt]
-        if missing:
+        if optimizer is not None and missing:
             warnings.warn(f"autobyte: {len(missing)} trainable parameters are not in the optimizer (e.g. {missing[0]!r}); their gradients are averaged but never applied.", stacklevel=3)
         if overlap and type(optimizer).__name__ in _GLOBAL_OPTIMIZERS:
             raise ValueError(
@@ -165,11 +167,12 @@ class ScheduledTraining:
             self._cv = threading.Condition()
             self._done_iter = -1  # last iteration whose messages are all done
             self._backward_iter = -1  # last iteration that ran a backward
-            self._shadow = copy.copy(optimizer)
             self._group_of = {}
-            for gi, g in enumerate(optimizer.param_groups):
-                for p in g["params"]:
-                    self._group_of[id(p)] = gi
+            if optimizer is not None:
+                self._shadow = copy.copy(optimizer)
+                for gi, g in enumerate(optimizer.param_groups):
+                    for p in g["params"]:
+                        self._group_of[id(p)] = gi
             self._issuer = threading.Thread(target=self._issue_loop, name="autobyte-issuer", daemon=True)
             self._completer = threading.Thread(target=self._complete_loop, name="autobyte-completer", daemon=True)
             self._issuer.start()
@@ -193,8 +196,9 @@ class ScheduledTraining:
 
     def _install_hooks(self) -> None:
         m = self.model
-        self._hooks.append(m.register_forward_pre_hook(self._root_pre_forward, with_kwargs=True))
-        self._hooks.append(m.register_forward_hook(self._root_post_forward))
+        if self.iteration_hooks:
+            self._hooks.append(m.register_forward_pre_hook(self._root_pre_forward, with_kwargs=True))
+            self._hooks.append(m.register_forward_hook(self._root_post_forward))
         if not self.active:
             return
         for i, p in enumerate(self.params):
@@ -210,16 +214,25 @@ class ScheduledTraining:
             self.optimizer.step = self._step  # type: ignore[method-assign]
             self.optimizer.zero_grad = self._zero_grad  # type: ignore[method-assign]
         self._hooks.append(self.model.register_state_dict_pre_hook(lambda *a, **k: self.synchronize()))
-        self._orig_opt_state_dict = self.optimizer.state_dict
-        self.optimizer.state_dict = self._opt_state_dict  # type: ignore[method-assign]
+        if self.optimizer is not None:
+            self._orig_opt_state_dict = self.optimizer.state_dict
+            self.optimizer.state_dict = self._opt_state_dict  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ main thread
     def _root_pre_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
         if not (torch.is_grad_enabled() and module.training):
             return  # evaluation forward: not an iteration
+        self.begin_iteration(_batch_size(args, kwargs))
+
+    def begin_iteration(self, batch: int = 1) -> int:
+        """Mark the start of a training iteration of ``batch`` samples on this rank.
+
+        Called by the model's forward pre-hook; call it yourself (on every
+        rank, once per training step, before the forward) when the handle was
+        made with ``iteration_hooks=False``. Returns the iteration number.
+        """
         self._raise_if_failed()
         now = time.perf_counter()
-        batch = _batch_size(args, kwargs)
         with self._stats_lock:
             if self._in_iteration:
                 self.stats.end_iteration(now, self._batch)
@@ -236,10 +249,12 @@ class ScheduledTraining:
         if self.active:
             if self.broadcast_buffers:
                 self._sync_buffers()
-            if self.overlap:
-                self._shadow.state = self.optimizer.state
-                self._shadow.defaults = self.optimizer.defaults
-            hypers = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+            hypers: list[dict[str, Any]] = []
+            if self.optimizer is not None:
+                if self.overlap:
+                    self._shadow.state = self.optimizer.state
+                    self._shadow.defaults = self.optimizer.defaults
+                hypers = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
             self._ready_q.put(("iter", _IterPlan(it, self.scheduler.messages, list(self._order), self.scheduler.config.credit_bytes, hypers)))
         counted = self.controller is None or self.controller.counts(it)
         with self._stats_lock:
@@ -247,11 +262,16 @@ class ScheduledTraining:
                 self.stats.begin_iteration(time.perf_counter())
                 self._in_iteration = True
         self._batch = batch
+        return it
 
-    def _root_post_forward(self, module: Any, args: Any, output: Any) -> None:
+    def forward_done(self) -> None:
+        """Mark the end of the forward pass (called by the model's forward hook)."""
         if self._in_iteration:
             with self._stats_lock:
                 self.stats.forward_done(time.perf_counter())
+
+    def _root_post_forward(self, module: Any, args: Any, output: Any) -> None:
+        self.forward_done()
 
     def _make_grad_hook(self, i: int) -> Callable[[Any], None]:
         def hook(p: Any) -> None:
@@ -282,12 +302,17 @@ class ScheduledTraining:
 
         return hook
 
-    def _step(self, closure: Any = None) -> None:
+    def _step(self, closure: Any = None) -> Any:
+        # Parameters are updated one by one as their gradients arrive; step()
+        # only runs the closure (forward + backward) when one is given, as
+        # Lightning's automatic optimization does.
+        loss = None
         if closure is not None:
-            raise ValueError("optimizer.step(closure) is not supported in overlap mode (parameters are updated one by one as their gradients arrive); pass overlap=False.")
+            with torch.enable_grad():
+                loss = closure()
         self._raise_if_failed()
         self.optimizer._opt_called = True  # type: ignore[attr-defined]  # keeps lr_scheduler's order check quiet
-        return None
+        return loss
 
     def _zero_grad(self, set_to_none: bool = True) -> None:
         # Gradients are consumed and cleared by the scheduler after each update.
@@ -705,7 +730,7 @@ def _batch_size(args: tuple, kwargs: dict) -> int:
 
 def schedule(
     model: "torch.nn.Module",
-    optimizer: "torch.optim.Optimizer",
+    optimizer: "torch.optim.Optimizer | None",
     *,
     partition_bytes: int = BYTESCHEDULER_DEFAULT.partition_bytes,
     credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,
@@ -718,6 +743,7 @@ def schedule(
     window_iters: int = 10,
     warmup_iters: int = 2,
     on_decision: Callable[[int, Decision | None, Config], None] | None = None,
+    iteration_hooks: bool = True,
 ) -> ScheduledTraining:
     """Take over gradient synchronisation of ``model`` with scheduled all-reduce.
 
@@ -728,7 +754,9 @@ def schedule(
 
     Args:
         model: the module to train; parameters are broadcast from rank 0.
-        optimizer: any per-parameter torch optimizer (SGD, Adam, AdamW, ...).
+        optimizer: any per-parameter torch optimizer (SGD, Adam, AdamW, ...);
+            ``None`` with ``overlap=False`` when another library applies the
+            averaged gradients (Keras).
         partition_bytes: message size (split larger tensors, fuse smaller ones).
         credit_bytes: most bytes in flight (``autobyte.core.UNLIMITED`` for none).
         process_group: group to average over (default: the world).
@@ -747,6 +775,8 @@ def schedule(
         warmup_iters: iterations skipped after start and each reconfiguration.
         on_decision: called on every rank after each window with
             ``(iteration, decision or None, config in force)``.
+        iteration_hooks: find iteration boundaries from the model's training
+            forwards; False: call :meth:`ScheduledTraining.begin_iteration`.
 
     Returns:
         A :class:`ScheduledTraining` handle.
@@ -760,7 +790,10 @@ def schedule(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, but got {type(model).__name__}.")
-    if not isinstance(optimizer, torch.optim.Optimizer):
+    if optimizer is None:
+        if overlap:
+            raise ValueError("optimizer=None needs overlap=False (the engine then only averages gradients; your own code applies them).")
+    elif not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, but got {type(optimizer).__name__}.")
     config = Config(partition_bytes, credit_bytes)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not np.isfinite(timeout_s) or timeout_s <= 0:
@@ -774,5 +807,5 @@ def schedule(
     return ScheduledTraining(
         model, optimizer, config, process_group=process_group, overlap=overlap, broadcast_buffers=broadcast_buffers,
         timeout_s=float(timeout_s), tuner=tuner, space=space, window_iters=window_iters, warmup_iters=warmup_iters,
-        on_decision=on_decision,
+        on_decision=on_decision, iteration_hooks=iteration_hooks,
     )
