@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autobyte.core import CreditQueue, Scheduler, TensorSpec, plan_messages, plan_order, tensors_from_sizes
+from autobyte.core.space import Config
+
+
+def _coverage(tensors, messages):
+    seen = {i: [] for i in range(len(tensors))}
+    for m in messages:
+        for s in m.segments:
+            seen[s.tensor].append((s.start, s.stop))
+    for i, t in enumerate(tensors):
+        spans = sorted(seen[i])
+        assert spans[0][0] == 0 and spans[-1][1] == t.numel
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), f"gap or overlap in tensor {i}: {spans}"
+
+
+@pytest.mark.parametrize("partition", [4, 40, 400, 4000, 10**9])
+def test_every_element_in_exactly_one_message_and_size_bound(partition):
+    rng = random.Random(partition)
+    tensors = tensors_from_sizes([rng.randint(1, 700) for _ in range(30)])
+    msgs = plan_messages(tensors, partition)
+    _coverage(tensors, msgs)
+    for m in msgs:
+        assert m.nbytes == sum(s.numel for s in m.segments) * 4
+        assert m.nbytes <= max(partition, 4)
+
+
+def test_split_large_and_fuse_small_neighbours():
+    tensors = tensors_from_sizes([100, 10, 5000, 3, 3])  # bytes: 400, 40, 20000, 12, 12
+    msgs = plan_messages(tensors, 1000)
+    # backward order: layers 4 and 3 fused, layer 2 split in 20 chunks, layers 1 and 0 fused
+    assert [s.tensor for s in msgs[0].segments] == [4, 3]
+    assert sum(1 for m in msgs if m.tensors == (2,)) == 20
+    assert [s.tensor for s in msgs[-1].segments] == [1, 0]
+    assert msgs[-1].priority == 0
+    assert [m.chunk for m in msgs if m.tensors == (2,)] == list(range(20))
+
+
+def test_fusion_never_mixes_dtypes():
+    tensors = [TensorSpec("a", 4, 4, 0, "float32"), TensorSpec("b", 4, 2, 1, "float16"), TensorSpec("c", 4, 4, 2, "float32")]
+    msgs = plan_messages(tensors, 10**6)
+    assert all(len({tensors[s.tensor].dtype for s in m.segments}) == 1 for m in msgs)
+    assert len(msgs) == 3
+
+
+def test_plan_errors():
+    with pytest.raises(ValueError, match="at least one gradient tensor"):
+        plan_messages([], 100)
+    with pytest.raises(ValueError, match="numel > 0"):
+        plan_messages([TensorSpec("x", 0, 4, 0)], 100)
+    with pytest.raises(ValueError, match="permutation"):
+        plan_messages(tensors_from_sizes([1, 2]), 100, ready_order=[0, 0])
+    with pytest.raises(ValueError, match="partition_bytes must be a positive integer"):
+        plan_messages(tensors_from_sizes([1]), 0)
+
+
+def test_credit_queue_priority_and_window():
+    msgs = plan_messages(tensors_from_sizes([250, 250, 250, 250]), 1000)  # 4 messages of 1000 B, one per layer
+    q = CreditQueue(msgs, 2000)
+    by_layer = {m.priority: m.index for m in msgs}
+    q.mark_ready(by_layer[3])
+    q.mark_ready(by_layer[2])
+    assert q.release() == [by_layer[2], by_layer[3]]  # both fit: higher priority first
+    q.mark_ready(by_layer[1])
+    q.mark_ready(by_layer[0])
+    assert q.release() == []  # window full: 2000 B in flight
+    q.mark_done(by_layer[3])
+    assert q.release() == [by_layer[0]]  # the layer nearest the input jumps the queue
+    assert q.in_flight_bytes == 2000
+
+
+def test_lone_message_larger_than_credit_runs_alone():
+    msgs = plan_messages(tensors_from_sizes([1000, 1000]), 4000)
+    big = max(msgs, key=lambda m: m.nbytes)
+    q = CreditQueue(msgs, 16)
+    for m in msgs:
+        q.mark_ready(m.index)
+    first = q.release()
+    assert len(first) == 1
+    q.mark_done(first[0])
+    assert len(q.release()) == 1
+    assert big.nbytes > 16
+
+
+def test_plan_order_reorders_only_under_congestion():
+    tensors = tensors_from_sizes([250] * 6)
+    msgs = plan_messages(tensors, 1000)  # 6 messages, ready from layer 5 down to 0
+    ready = lambda m: float(5 - m.priority)  # one second apart
+    fast = plan_order(msgs, 1000, ready, lambda m: 0.1)
+    assert fast == [m.index for m in msgs]  # idle link: ready order
+    slow = plan_order(msgs, 1000, ready, lambda m: 10.0)
+    assert slow[0] == msgs[0].index and slow[1] == next(m.index for m in msgs if m.priority == 0)
+
+
+def test_scheduler_reconfigure_at_boundary():
+    s = Scheduler(tensors_from_sizes([1000] * 4), Config(4000, 8000))
+    assert len(s.messages) == 4
+    s.begin_iteration(0)
+    s.reconfigure(1000, 1000, at_iteration=3, reason="test")
+    assert not s.begin_iteration(1) and not s.begin_iteration(2)
+    assert s.config == Config(4000, 8000)
+    assert s.begin_iteration(3)
+    assert s.config == Config(1000, 1000) and len(s.messages) == 16
+    assert s.history[-1] == (3, Config(1000, 1000), "test")
+    with pytest.raises(ValueError, match="at_iteration must be after the current iteration 3"):
+        s.reconfigure(1000, 1000, at_iteration=3)
+    with pytest.raises(ValueError, match="partition_bytes must be a positive integer"):
+        s.reconfigure(0, 1000)
