@@ -144,6 +144,7 @@ def _comm(
     between_s: np.ndarray,
     contention: float = 0.0,
     big: np.ndarray | None = None,
+    extra_delay_s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One iteration's communication. Returns (release, done) times per message.
 
@@ -165,6 +166,7 @@ def _comm(
         small = [False] * M
     ovh = overhead_s.tolist()
     betw = between_s.tolist()
+    first_delay = (delay_s + extra_delay_s).tolist() if extra_delay_s is not None else [delay_s] * M
     order = np.argsort(ready, kind="stable")
     rt = ready[order].tolist()
     order_l = order.tolist()
@@ -244,7 +246,7 @@ def _comm(
             start = (t if t > disp else disp) + ovh[j]
             disp = start
             release[j] = t
-            heappush(ev, (start + delay_s, j))
+            heappush(ev, (start + first_delay[j], j))
     return np.array(release), np.array(done)
 
 
@@ -460,11 +462,28 @@ def simulate(
     overhead = cluster.per_message_s * plan.chunks * (2 if ps else 1)
     delay = (2.0 * cluster.latency_s) if ps else (2.0 * (n - 1) * cluster.latency_s)
     between = plan.nbytes * n / cluster.ps_aggregate_Bps if ps else np.zeros(len(plan.messages))
-    # Grouped messages: keep the number of chunk-sized messages in flight.
+    # Grouped messages (tiny partitions): keep the number of chunk-sized
+    # messages in flight, and charge each of the g - 1 extra chunks the stall
+    # a window of k chunks suffers when one chunk's life (overhead + delay +
+    # transfer) exceeds k times its throughput-limited cycle.
     credit = config.credit_bytes
+    extra = None
     if plan.n_real != len(plan.messages):
         g = int(plan.chunks.max())
         credit = int(min(credit * g, 1 << 50))
+        chunk = config.partition_bytes
+        kk = max(1, config.credit_bytes // chunk)
+        o1 = cluster.per_message_s * (2 if ps else 1)
+        lf = float(np.min(link))
+        x = (2.0 * (n - 1) / n * chunk / lf * (n if ps and chunk < cluster.ps_bigarray_bytes else 1)) if math.isfinite(lf) else 0.0
+        d_all = delay * (2 if ps else 1)
+        if kk == 1:  # stop-and-wait: every chunk pays its own network delay
+            stall = d_all
+        else:
+            life = o1 + d_all + x * (1.0 + cluster.contention * (kk - 1))
+            # k grouped messages are in flight too, so each carries k chunks' stall
+            stall = max(0.0, life - kk * max(o1, x))
+        extra = (plan.chunks - 1) * stall
     # MXNet's KVStore slices arrays of at least MXNET_KVSTORE_BIGARRAY_BOUND
     # elements (default 1,000,000) over all servers; smaller ones live on one.
     big = (plan.nbytes / plan.chunks) >= cluster.ps_bigarray_bytes
@@ -489,7 +508,7 @@ def simulate(
             ready = gr.max(axis=0)[plan.last_tensor]
             release, done = _comm(
                 plan, credit, ready, ps=ps, n=n, link_Bps=float(link[it]), overhead_s=overhead, delay_s=delay, between_s=between,
-                contention=cluster.contention, big=big,
+                contention=cluster.contention, big=big, extra_delay_s=extra,
             )
         tdone = np.full(L, -np.inf)
         np.maximum.at(tdone, plan.seg_tensor, done[plan.seg_msg])
