@@ -63,7 +63,8 @@ def receive(port: int, *, max_s: float, interval_s: float = 0.0, bind: str = "0.
         conn.close()
         srv.close()
     elapsed = time.perf_counter() - (first or t0)
-    return {"peer": peer[0], "bytes": total, "seconds": round(elapsed, 4),
+    first_wall = time.time() - (time.perf_counter() - (first or t0))
+    return {"peer": peer[0], "bytes": total, "seconds": round(elapsed, 4), "start_wall": round(first_wall, 4),
             "mbit": round(total * 8 / elapsed / 1e6, 2) if elapsed > 0 else 0.0, "series": series}
 
 

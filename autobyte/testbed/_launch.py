@@ -115,6 +115,8 @@ class Testbed:
         ...     rc = tb.run([sys.executable, "train.py"], timeout_s=600)
     """
 
+    __test__ = False  # not a pytest test class
+
     def __init__(
         self,
         n_workers: int,
@@ -316,7 +318,8 @@ class _Runner:
 
     def record(self, **fields: Any) -> None:
         if self.events_fh is not None:
-            fields = {"t": round(time.monotonic() - self.t0, 6), "iteration": self.last_iter, **fields}
+            fields = {"t": round(time.monotonic() - self.t0, 6), "wall": round(time.time(), 6),
+                      "iteration": self.last_iter, **fields}
             self.events_fh.write(json.dumps(fields) + "\n")
             self.events_fh.flush()
 
