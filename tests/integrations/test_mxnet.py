@@ -88,8 +88,8 @@ def _data() -> object:
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [
-        ({"partition_bytes": 0}, ValueError, r"partition_bytes must be a positive integer number of bytes, but got partition_bytes=0\."),
-        ({"credit_bytes": 1.5}, TypeError, r"credit_bytes must be a positive integer number of bytes, but got credit_bytes=1\.5\."),
+        ({"partition_bytes": 0}, ValueError, r"partition_bytes must be a positive integer.*, but got partition_bytes=0\."),
+        ({"credit_bytes": 1.5}, TypeError, r"credit_bytes must be a positive integer.*, but got credit_bytes=1\.5\."),
         ({"window_iters": 0}, ValueError, r"window_iters must be a positive integer, but got window_iters=0\."),
         ({"window_iters": True}, ValueError, r"window_iters must be a positive integer, but got window_iters=True\."),
         ({"warmup_iters": -1}, ValueError, r"warmup_iters must be an integer >= 0, but got warmup_iters=-1\."),
@@ -121,7 +121,7 @@ def test_engine_rejects_bad_arguments() -> None:
     with pytest.raises(TypeError, match=r"trainer must be a mxnet\.gluon\.Trainer, but got trainer=3\."):
         schedule(3, partition_bytes=1024, credit_bytes=1024)
     _, trainer = _trainer()
-    with pytest.raises(ValueError, match=r"partition_bytes must be a positive integer number of bytes, but got partition_bytes=-1\."):
+    with pytest.raises(ValueError, match=r"partition_bytes must be a positive integer.*, but got partition_bytes=-1\."):
         schedule(trainer, partition_bytes=-1, credit_bytes=1024)
     with pytest.raises(TypeError, match=r"kvstore must be a KVStore type string, a KVStore or None, but got kvstore=5\."):
         schedule(trainer, partition_bytes=1024, credit_bytes=1024, kvstore=5)
