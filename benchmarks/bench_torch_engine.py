@@ -1,0 +1,67 @@
+"""Plain DDP vs the scheduled engine, side by side in one run on 2 CPU ranks (gloo).
+
+    python benchmarks/bench_torch_engine.py [--rounds 5] [--iters 20] [--quick]
+
+Modes are interleaved round by round inside the same two processes; the
+table gives the median samples/s of each mode and its ratio to DDP. (a) is
+the engine at DDP's own operating point (25 MiB partitions, no credit
+limit); (b) a small grid of partition and credit sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+from autobyte._testing import launch
+from autobyte.core import KiB, MiB, UNLIMITED
+
+GRID = [
+    [25 * MiB, UNLIMITED],
+    [4 * MiB, 16 * MiB],  # ByteScheduler's default (1M / 4M float32 parameters, rounded)
+    [1 * MiB, 4 * MiB],
+    [256 * KiB, 1 * MiB],
+    [256 * KiB, 256 * KiB],
+    [64 * KiB, 256 * KiB],
+    [16 * KiB, 64 * KiB],
+]
+
+
+def _label(mode) -> str:
+    if mode == "ddp":
+        return "plain DDP (25 MiB buckets)"
+    p, c = mode
+    credit = "unlimited" if c >= UNLIMITED else f"{c / p:g}X"
+    unit = f"{p // MiB} MiB" if p >= MiB else f"{p // KiB} KiB"
+    return f"scheduled <{unit}, {credit}>"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--quick", action="store_true", help="DDP vs its operating point only, 2 rounds")
+    args = ap.parse_args()
+    modes = ["ddp"] + (GRID[:1] if args.quick else GRID)
+    rounds = 2 if args.quick else args.rounds
+    opts = {"modes": modes, "rounds": rounds, "iters": args.iters, "batch_size": args.batch_size}
+    res = launch(["-m", "autobyte.bench.torch_ranks", json.dumps(opts)], 2, timeout_s=3600)
+    for r in res:
+        if r.returncode != 0:
+            print(r.stderr[-4000:], file=sys.stderr)
+            return 1
+    rows = [json.loads(line) for line in res[0].stdout.splitlines() if line.startswith("{")]
+    base = statistics.median(rows[0]["samples_per_s"])
+    print(f"| mode | samples/s (median of {rounds}) | vs DDP |")
+    print("|---|---:|---:|")
+    for row in rows:
+        med = statistics.median(row["samples_per_s"])
+        print(f"| {_label(row['mode'])} | {med:.1f} | {med / base:.3f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
