@@ -301,6 +301,13 @@ class SimResult:
         """Cluster samples/s over iterations ``[start, stop)``."""
         return float(self.worker_samples_per_s(start, stop).sum())
 
+    def layer_comm_delay_s(self) -> np.ndarray:
+        """``(n_iters, l)``: per layer, time from its gradient being ready on
+        every worker to its parameters being updated (communication + waiting
+        in the credit queue + update). Priority scheduling keeps it short for
+        the front layers, which the next forward needs first."""
+        return np.stack([r.param_ready - r.grad_ready.max(axis=0) for r in self._records])
+
     def window_stats(self, start: int = 0, stop: int | None = None) -> list[WindowStats]:
         """Per-worker statistics over iterations ``[start, stop)``, measured as an
         engine measures them (per-tensor backward times from gradient-ready
