@@ -45,6 +45,7 @@ import numpy as np
 from ..core.metrics import StatsCollector, WindowStats
 from ..core.scheduler import Message, Scheduler, TensorSpec, plan_order
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace, check_bytes
+from ..core.timeline import Timeline
 from ..core.tuning import Controller, Decision, Tuner
 from ._imports import require_torch
 
@@ -140,6 +141,8 @@ class ScheduledTraining:
         self._layer_estimate: np.ndarray | None = None
         self._bw_estimate: float | None = None
         self.controller: Controller | None = None
+        self.timeline: Timeline | None = None
+        self._fwd_start = 0.0
         if tuner is not None:
             link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
             self.controller = Controller(
@@ -257,26 +260,33 @@ class ScheduledTraining:
                 hypers = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
             self._ready_q.put(("iter", _IterPlan(it, self.scheduler.messages, list(self._order), self.scheduler.config.credit_bytes, hypers)))
         counted = self.controller is None or self.controller.counts(it)
+        self._fwd_start = time.perf_counter()
         with self._stats_lock:
             if counted:
-                self.stats.begin_iteration(time.perf_counter())
+                self.stats.begin_iteration(self._fwd_start)
                 self._in_iteration = True
         self._batch = batch
         return it
 
     def forward_done(self) -> None:
         """Mark the end of the forward pass (called by the model's forward hook)."""
+        now = time.perf_counter()
+        if self.timeline is not None:
+            self.timeline.span(f"forward {self.iteration}", "compute", self._fwd_start, now)
         if self._in_iteration:
             with self._stats_lock:
-                self.stats.forward_done(time.perf_counter())
+                self.stats.forward_done(now)
 
     def _root_post_forward(self, module: Any, args: Any, output: Any) -> None:
         self.forward_done()
 
     def _make_grad_hook(self, i: int) -> Callable[[Any], None]:
         def hook(p: Any) -> None:
+            now = time.perf_counter()
             with self._stats_lock:
-                self.stats.grad_ready(i, time.perf_counter())
+                self.stats.grad_ready(i, now)
+            if self.timeline is not None:
+                self.timeline.instant(f"grad {self.tensors[i].name}", "compute", now)
             if not self._backward_open:
                 self._backward_open = True
                 self._backward_iter = self.iteration
@@ -418,6 +428,21 @@ class ScheduledTraining:
                 raise ValueError(f"reconfigure must be called with the same arguments on every rank, but got {detail}.")
         self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason="user")
         return cfg
+
+    def start_trace(self) -> Timeline:
+        """Record compute and each message's communication from now on."""
+        self.timeline = Timeline(f"rank {self.rank}", pid=self.rank)
+        return self.timeline
+
+    def save_trace(self, path: str) -> None:
+        """Write the recorded timeline as Chrome-trace/Perfetto JSON.
+
+        Raises:
+            RuntimeError: :meth:`start_trace` was not called.
+        """
+        if self.timeline is None:
+            raise RuntimeError("no timeline recorded; call start_trace() first.")
+        self.timeline.save(path)
 
     @property
     def config(self) -> Config:
@@ -669,6 +694,9 @@ class ScheduledTraining:
                             off += n
                 with self._stats_lock:
                     self.stats.message_done(m.nbytes, t0, t1)
+                if self.timeline is not None:
+                    self.timeline.span(f"msg {m.index}", "communication", t0, t1, bytes=m.nbytes, priority=m.priority, chunk=m.chunk,
+                                       tensors=[self.tensors[t].name for t in m.tensors])
                 for t in m.tensors:
                     chunks_left[t] -= 1
                     if chunks_left[t] == 0:
@@ -688,10 +716,13 @@ class ScheduledTraining:
         p = self.params[t]
         gi = self._group_of.get(id(p))
         if gi is not None:
+            t0 = time.perf_counter()
             group = dict(plan.hypers[gi])
             group["params"] = [p]
             self._shadow.param_groups = [group]
             type(self.optimizer).step(self._shadow)
+            if self.timeline is not None:
+                self.timeline.span(f"update {self.tensors[t].name}", "update", t0, time.perf_counter())
         p.grad = None
         self._updated[t].set()
 

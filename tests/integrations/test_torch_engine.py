@@ -85,6 +85,21 @@ def test_reconfigure_disagreement_is_an_error_on_every_rank(tmp_path):
     assert bool(out[0]["raised"]) and bool(out[1]["raised"])
 
 
+def test_timeline_records_compute_and_every_message(tmp_path):
+    res, out = run(tmp_path, "trace")
+    for r in res:
+        assert r.returncode == 0, r.stderr[-3000:]
+    trace = json.loads((tmp_path / "trace0.json").read_text())
+    ev = trace["traceEvents"]
+    msgs = [e for e in ev if e["ph"] == "X" and e["name"].startswith("msg ")]
+    assert len(msgs) == 3 * int(out[0]["n_messages"])
+    assert all(e["dur"] >= 0 and e["args"]["bytes"] > 0 for e in msgs)
+    assert len([e for e in ev if e["name"].startswith("update ")]) == 3 * int(out[0]["n_params"])
+    assert len([e for e in ev if e["name"].startswith("forward ")]) == 3
+    tracks = {e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert {"compute", "communication", "update"} <= tracks
+
+
 # --------------------------------------------------------------- single process
 
 

@@ -154,6 +154,20 @@ def main() -> None:
         print("no error raised")
         os._exit(0)
 
+    elif scenario == "trace":
+        m, o = make("sgd")
+        h = schedule(m, o, partition_bytes=16 * KiB, credit_bytes=32 * KiB)
+        h.start_trace()
+        for x, y in batches(rank, 3):
+            o.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            o.step()
+        h.synchronize()
+        h.save_trace(os.path.join(out, f"trace{rank}.json"))
+        result["n_messages"] = np.array(len(h.scheduler.messages))
+        result["n_params"] = np.array(len(h.params))
+        h.close()
+
     elif scenario == "mismatch":
         m, o = make("sgd")
         h = schedule(m, o, partition_bytes=8 * KiB, credit_bytes=16 * KiB)
