@@ -160,6 +160,8 @@ class ScheduledTraining:
             # main thread's own collectives (buffers, statistics) never interleave with it.
             self.comm_group = dist.new_group(ranks=ranks, backend=backend, timeout=timedelta(seconds=timeout_s))
             self.device = self.params[0].device
+            # NCCL collectives need device tensors; gloo takes CPU tensors.
+            self._cdev = self.device if backend == "nccl" else torch.device("cpu")
             self._peers = self._exchange_identity()
             self._broadcast_state()
             self._ready_q: "queue.Queue[tuple]" = queue.Queue()
@@ -185,8 +187,8 @@ class ScheduledTraining:
     # ------------------------------------------------------------------ set-up
     def _exchange_identity(self) -> list[tuple[int, int]]:
         """Every rank's (host hash, pid), to name a lost peer later."""
-        me = torch.tensor([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=torch.int64)
-        out = [torch.zeros(2, dtype=torch.int64) for _ in range(self.world_size)]
+        me = torch.tensor([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=torch.int64, device=self._cdev)
+        out = [torch.zeros_like(me) for _ in range(self.world_size)]
         self._collective(lambda: dist.all_gather(out, me, group=self.group))
         return [(int(t[0]), int(t[1])) for t in out]
 
@@ -353,15 +355,15 @@ class ScheduledTraining:
             mine = self.stats.window()
         windows = [mine]
         if self.active:
-            vec = torch.tensor(mine.to_vector(), dtype=torch.float64)
+            vec = torch.tensor(mine.to_vector(), dtype=torch.float64, device=self._cdev)
             out = [torch.zeros_like(vec) for _ in range(self.world_size)]
             self._collective(lambda: dist.all_gather(out, vec, group=self.group))
-            windows = [WindowStats.from_vector(v.numpy()) for v in out]
+            windows = [WindowStats.from_vector(v.cpu().numpy()) for v in out]
         self._learn_estimates(windows)
         decision = self.controller.decide(it, windows) if self.rank == 0 else None
         cfg = decision.config if decision is not None else self.scheduler.config
         if self.active:
-            msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, int(decision is not None)], dtype=torch.int64)
+            msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, int(decision is not None)], dtype=torch.int64, device=self._cdev)
             src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
             self._collective(lambda: dist.broadcast(msg, src, group=self.group))
             cfg = Config(int(msg[0]), int(msg[1]))
@@ -401,7 +403,7 @@ class ScheduledTraining:
                 lambda m: m.nbytes / bw,
             )
         if self.active:
-            tensor = torch.tensor(order, dtype=torch.int64)
+            tensor = torch.tensor(order, dtype=torch.int64, device=self._cdev)
             src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
             self._collective(lambda: dist.broadcast(tensor, src, group=self.group))
             order = [int(x) for x in tensor]
@@ -419,7 +421,7 @@ class ScheduledTraining:
         cfg = Config(partition_bytes, credit_bytes)
         at = self.iteration + 1 if at_iteration is None else at_iteration
         if self.active:
-            mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at], dtype=torch.int64)
+            mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at], dtype=torch.int64, device=self._cdev)
             out = [torch.zeros_like(mine) for _ in range(self.world_size)]
             self._collective(lambda: dist.all_gather(out, mine, group=self.group))
             seen = [tuple(int(x) for x in t) for t in out]

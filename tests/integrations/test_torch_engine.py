@@ -162,7 +162,7 @@ def test_world_size_one_trains_unchanged():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs for NCCL")
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL cannot run two ranks on one GPU); none lent to this run")
 def test_matches_ddp_on_nccl(tmp_path):
     res, out = run(tmp_path, "equivalence", {"optimizer": "sgd", "configs": CONFIGS[:4], "steps": 30, "backend": "nccl"})
     for r in res:

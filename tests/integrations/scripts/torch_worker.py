@@ -40,9 +40,12 @@ class SmallCNN(torch.nn.Module):
         return self.fc2(x) + self.tiny
 
 
+DEVICE = torch.device("cpu")
+
+
 def make(opt_name: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
-    m = SmallCNN()
+    m = SmallCNN().to(DEVICE)
     if opt_name == "sgd":
         o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     elif opt_name == "adamw":
@@ -54,17 +57,17 @@ def make(opt_name: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 def batches(rank: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(1000 + rank)
-    return [(torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 10, (8,), generator=g)) for _ in range(n)]
+    return [(torch.randn(8, 3, 16, 16, generator=g).to(DEVICE), torch.randint(0, 10, (8,), generator=g).to(DEVICE)) for _ in range(n)]
 
 
 def train_ddp(opt_name: str, data) -> list[np.ndarray]:
     m, o = make(opt_name)
-    ddp = torch.nn.parallel.DistributedDataParallel(m)
+    ddp = torch.nn.parallel.DistributedDataParallel(m, device_ids=[DEVICE.index] if DEVICE.type == "cuda" else None)
     for x, y in data:
         o.zero_grad()
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         o.step()
-    return [p.detach().numpy().copy() for p in m.parameters()]
+    return [p.detach().cpu().numpy().copy() for p in m.parameters()]
 
 
 def train_scheduled(opt_name: str, data, partition: int, credit: int, reconf_every: int = 0, overlap: bool = True) -> tuple[list[np.ndarray], int]:
@@ -81,13 +84,18 @@ def train_scheduled(opt_name: str, data, partition: int, credit: int, reconf_eve
     h.synchronize()
     n_msgs = len(h.scheduler.messages)
     h.close()
-    return [p.detach().numpy().copy() for p in m.parameters()], n_msgs
+    return [p.detach().cpu().numpy().copy() for p in m.parameters()], n_msgs
 
 
 def main() -> None:
     scenario, out = sys.argv[1], sys.argv[2]
     opts = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-    dist.init_process_group("gloo")
+    global DEVICE
+    backend = opts.get("backend", "gloo")
+    if backend == "nccl":
+        DEVICE = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(DEVICE)
+    dist.init_process_group(backend)
     rank = dist.get_rank()
     result: dict[str, np.ndarray] = {}
 
