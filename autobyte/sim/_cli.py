@@ -1,0 +1,105 @@
+"""``autobyte simulate`` and ``autobyte dataset generate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate scheduled training iterations (one config or a grid)",
+        description="Simulate steady-state training iterations of a zoo model under one "
+        "<partition, credit> configuration, or a grid of them, and print samples/s.",
+    )
+    p.add_argument("--model", default="resnet50", help="zoo model name (default: resnet50)")
+    p.add_argument("--workers", type=int, default=8, help="number of workers (default: 8)")
+    p.add_argument("--arch", default="allreduce", choices=["allreduce", "ps"])
+    p.add_argument("--bandwidth-gbps", type=float, default=10.0, help="link bandwidth per worker, Gbit/s (default: 10)")
+    p.add_argument("--partition-bytes", type=int, default=4_000_000, help="partition size in bytes (default: 4000000)")
+    p.add_argument("--credit-bytes", type=int, default=None, help="credit size in bytes (default: 4x the partition)")
+    p.add_argument("--grid", action="store_true", help="evaluate a grid: partitions 4 KiB..1 GiB (x4 steps) x credit 1,2,4,8,16X")
+    p.add_argument("--iters", type=int, default=10, help="iterations simulated (default: 10)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--latency-us", type=float, default=None, help="one-way latency per hop, microseconds")
+    p.add_argument("--per-message-us", type=float, default=None, help="CPU cost per message, microseconds")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_simulate)
+
+    d = subparsers.add_parser("dataset", help="meta-network training data from the simulator")
+    dsub = d.add_subparsers(dest="dataset_command", metavar="ACTION")
+    g = dsub.add_parser("generate", help="generate (or resume) a dataset directory")
+    g.add_argument("--out", required=True, help="output directory")
+    g.add_argument("--samples", type=int, required=True, help="rows to generate")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--workers-jobs", type=int, default=1, help="worker processes (default: 1)")
+    g.add_argument("--configs-per-condition", type=int, default=12)
+    g.add_argument("--no-progress", action="store_true")
+    g.set_defaults(func=_dataset_generate)
+    d.set_defaults(func=lambda args: (d.print_help(), 2)[1])
+
+
+def _fail(msg: str) -> int:
+    print(f"autobyte: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from ..core.space import Config, GiB, KiB
+    from ._cluster import Cluster
+    from ._engine import simulate
+    from ._models import get_model
+
+    try:
+        model = get_model(args.model)
+        extra: dict[str, float] = {}
+        if args.latency_us is not None:
+            extra["latency_s"] = args.latency_us * 1e-6
+        if args.per_message_us is not None:
+            extra["per_message_s"] = args.per_message_us * 1e-6
+        cluster = Cluster.from_gbps(args.workers, args.bandwidth_gbps, args.arch, **extra)
+        if args.grid:
+            parts = [4 * KiB << (2 * k) for k in range(10) if (4 * KiB << (2 * k)) <= GiB]
+            configs = [Config.from_multiple(p, m) for p in parts for m in (1, 2, 4, 8, 16)]
+        else:
+            credit = args.credit_bytes if args.credit_bytes is not None else 4 * args.partition_bytes
+            configs = [Config(args.partition_bytes, credit)]
+        rows = []
+        for cfg in configs:
+            r = simulate(model, cluster, cfg, n_iters=args.iters, seed=args.seed)
+            rows.append({
+                "partition_bytes": cfg.partition_bytes, "credit_bytes": cfg.credit_bytes,
+                "credit_multiple": round(cfg.credit_multiple, 3), "samples_per_s": r.samples_per_s,
+                "iter_time_ms": float(r.iter_time_s.mean() * 1e3), "n_messages": r.n_messages,
+            })
+    except (ValueError, TypeError) as exc:
+        return _fail(str(exc))
+    best = max(range(len(rows)), key=lambda i: rows[i]["samples_per_s"])
+    head = {"model": model.name, "workers": cluster.n_workers, "arch": cluster.arch, "bandwidth_gbps": args.bandwidth_gbps,
+            "compute_only_samples_per_s": cluster.n_workers * model.batch_size / model.compute_s}
+    if args.json:
+        print(json.dumps({**head, "results": rows, "best": rows[best]}, indent=1))
+        return 0
+    print(f"{model.name}, {cluster.n_workers} workers, {cluster.arch}, {args.bandwidth_gbps:g} Gbit/s "
+          f"(compute only: {head['compute_only_samples_per_s']:.1f} samples/s)")
+    print(f"{'partition':>14} {'credit':>8} {'samples/s':>11} {'iter ms':>9} {'messages':>9}")
+    for i, r in enumerate(rows):
+        mark = "  <- best" if i == best and len(rows) > 1 else ""
+        print(f"{r['partition_bytes']:>14,d} {r['credit_multiple']:>7g}X {r['samples_per_s']:>11.1f} {r['iter_time_ms']:>9.2f} {r['n_messages']:>9d}{mark}")
+    return 0
+
+
+def _dataset_generate(args: argparse.Namespace) -> int:
+    from .dataset import generate, load_dataset
+
+    try:
+        out = generate(args.out, args.samples, args.seed, n_jobs=args.workers_jobs, progress=not args.no_progress,
+                       configs_per_condition=args.configs_per_condition)
+    except ValueError as exc:
+        return _fail(str(exc))
+    n = len(load_dataset(out)["speed"])
+    print(f"wrote {n} rows to {out}")
+    return 0

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from autobyte.cli import main
+from autobyte.sim.dataset import load_dataset
+
+
+def test_simulate_one_config_table(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["simulate", "--model", "resnet50", "--workers", "8", "--arch", "allreduce", "--bandwidth-gbps", "10",
+               "--partition-bytes", "1048576", "--credit-bytes", "4194304", "--iters", "3"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "resnet50, 8 workers, allreduce, 10 Gbit/s" in out and "1,048,576" in out
+
+
+def test_simulate_grid_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["simulate", "--model", "alexnet", "--workers", "4", "--arch", "ps", "--bandwidth-gbps", "5",
+               "--grid", "--json", "--iters", "2"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and len(res["results"]) == 50
+    assert res["best"]["samples_per_s"] == max(r["samples_per_s"] for r in res["results"])
+
+
+def test_simulate_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--model", "nope"]) == 2
+    assert "name must be one of" in capsys.readouterr().err
+    assert main(["simulate", "--bandwidth-gbps", "-1"]) == 2
+    assert "gbps must be a positive number, but got gbps=-1.0" in capsys.readouterr().err
+    assert main(["simulate", "--partition-bytes", "0"]) == 2
+    assert "partition_bytes must be a positive integer" in capsys.readouterr().err
+
+
+def test_dataset_generate(tmp_path: "os.PathLike[str]", capsys: pytest.CaptureFixture[str]) -> None:
+    out = os.path.join(tmp_path, "ds")
+    rc = main(["dataset", "generate", "--out", out, "--samples", "8", "--seed", "3", "--configs-per-condition", "2",
+               "--no-progress"])
+    assert rc == 0 and "wrote 8 rows" in capsys.readouterr().out
+    assert len(load_dataset(out)["speed"]) == 8
+    assert main(["dataset", "generate", "--out", out, "--samples", "0", "--no-progress"]) == 2
