@@ -1,0 +1,134 @@
+"""One rank of a real all-reduce training run for ``autobyte bench`` and calibration.
+
+Run as ``python -m autobyte.bench.allreduce_ranks SPEC_JSON OUT_DIR`` on every
+worker (under ``autobyte launch`` / :func:`autobyte.testbed.launch`, or
+:func:`autobyte._testing.launch` on loopback). ``SPEC_JSON`` fields:
+
+- ``method``: ``"ddp"`` (plain DistributedDataParallel), ``"static"``
+  (``config``), ``"tuner"`` (``tuner`` name, start ``config``,
+  ``window_iters``), ``"phases"`` (``phases``: ``[[first_iteration,
+  [partition, credit]], ...]``, the per-phase oracle), or ``"sweep"``
+  (``configs``: measure each for ``iters_per_config`` after ``warmup``
+  iterations; used for grid search and calibration).
+- ``iters``, ``batch_size``, ``width``/``hidden`` (model size), ``seed``.
+
+Rank 0 writes ``OUT_DIR/iterations.jsonl`` (one line per iteration: index,
+seconds, samples/s, config in force), ``OUT_DIR/decisions.jsonl`` and, for
+sweeps, ``OUT_DIR/sweep.jsonl``. Iteration ``k`` starts with
+:func:`autobyte.testbed.notify_iteration` so a bandwidth trace switches
+exactly at its iteration boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from ..integrations._imports import require_torch
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = argv or sys.argv[1:]
+    spec: dict[str, Any] = json.loads(args[0])
+    out_dir = args[1]
+    torch = require_torch()
+    import torch.distributed as dist
+
+    from ..core import Config
+    from ..integrations.torch import schedule
+    from ..testbed import notify_iteration
+    from .models import make_cnn, synthetic_batches
+
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bs = int(spec.get("batch_size", 16))
+    data = synthetic_batches(8, bs, rank, seed=int(spec.get("seed", 0)))
+    model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    method = spec["method"]
+    decisions: list[dict[str, Any]] = []
+    handle = None
+    net: Any = model
+
+    def log_decision(it: int, decision: Any, cfg: Config) -> None:
+        row: dict[str, Any] = {"iteration": it, "config": [cfg.partition_bytes, cfg.credit_bytes]}
+        if decision is not None:
+            row.update(reason=decision.reason, predicted_speed=decision.predicted_speed)
+        if handle is not None and handle.controller is not None and handle.controller.history:
+            row["observed_speed"] = handle.controller.history[-1].get("speed")
+        decisions.append(row)
+
+    if method == "ddp":
+        net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+    else:
+        start = spec.get("config") or (spec["phases"][0][1] if method == "phases" else spec["configs"][0])
+        handle = schedule(
+            model, opt, partition_bytes=int(start[0]), credit_bytes=int(start[1]),
+            tuner=spec.get("tuner") if method == "tuner" else None,
+            window_iters=int(spec.get("window_iters", 10)), warmup_iters=int(spec.get("warmup_iters", 2)),
+            on_decision=log_decision, timeout_s=float(spec.get("timeout_s", 600)),
+        )
+
+    phases = {int(k): v for k, v in spec.get("phases", [])} if method == "phases" else {}
+    sweep: list[tuple[int, Config]] = []
+    if method == "sweep":
+        per = int(spec.get("iters_per_config", 10)) + int(spec.get("warmup", 3))
+        sweep = [(i * per, Config(int(c[0]), int(c[1]))) for i, c in enumerate(spec["configs"])]
+        n_iters = per * len(sweep)
+    else:
+        n_iters = int(spec.get("iters", 200))
+    switch = dict(sweep) if sweep else {k: Config(int(v[0]), int(v[1])) for k, v in phases.items()}
+
+    rows: list[dict[str, Any]] = []
+    loss_fn = torch.nn.functional.cross_entropy
+    prev_start: float | None = None
+    prev_cfg: Any = None
+    for it in range(n_iters):
+        if it in switch and handle is not None and it > 0:
+            cfg = switch[it]
+            handle.reconfigure(cfg.partition_bytes, cfg.credit_bytes)
+        t_before = time.perf_counter()
+        if rank == 0:
+            notify_iteration(it)
+        if prev_start is not None:
+            rows.append({"iteration": it - 1, "seconds": t_before - prev_start, "config": prev_cfg})
+        start_t = time.perf_counter()
+        x, y = data[it % len(data)]
+        opt.zero_grad()
+        loss_fn(net(x), y).backward()
+        opt.step()
+        prev_start = start_t
+        prev_cfg = None if handle is None else [handle.config.partition_bytes, handle.config.credit_bytes]
+    if handle is not None:
+        handle.synchronize()
+    dist.barrier()
+    rows.append({"iteration": n_iters - 1, "seconds": time.perf_counter() - prev_start, "config": prev_cfg})
+    if rank == 0:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "iterations.jsonl"), "w") as f:
+            for r in rows:
+                r["samples_per_s"] = bs * world / r["seconds"]
+                f.write(json.dumps(r) + "\n")
+        with open(os.path.join(out_dir, "decisions.jsonl"), "w") as f:
+            for d in decisions:
+                f.write(json.dumps(d) + "\n")
+        if sweep:
+            per = int(spec.get("iters_per_config", 10)) + int(spec.get("warmup", 3))
+            warm = int(spec.get("warmup", 3))
+            with open(os.path.join(out_dir, "sweep.jsonl"), "w") as f:
+                for i, (first, cfg) in enumerate(sweep):
+                    seg = rows[first + warm:first + per]
+                    secs = sum(r["seconds"] for r in seg)
+                    f.write(json.dumps({"config": [cfg.partition_bytes, cfg.credit_bytes], "iters": len(seg),
+                                        "samples_per_s": bs * world * len(seg) / secs}) + "\n")
+    if handle is not None:
+        handle.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
