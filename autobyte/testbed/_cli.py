@@ -73,7 +73,7 @@ def _main(args: argparse.Namespace) -> int:
                 print(f"removed testbed run {prefix}")
             for msg in problems:
                 print(f"autobyte launch --cleanup: {msg}", file=sys.stderr)
-            if not cleaned and not problems:
+            if not cleaned:
                 print("nothing to clean up")
             return 0 if not any("refused" in m or "failed" in m for m in problems) else 1
         for flag in ("bandwidth_mbit", "up_mbit", "down_mbit"):

@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -438,6 +439,8 @@ class _Runner:
         state = self.tb.network.state
         assert state is not None
         control = str(state.path.with_suffix(".sock"))
+        if len(control.encode()) > 100:  # AF_UNIX paths are limited to 108 bytes
+            control = os.path.join(tempfile.gettempdir(), f"{state.prefix}.sock")
         state.socket = control
         state.save()
         server = ControlServer(control, self.boundaries)
