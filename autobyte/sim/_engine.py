@@ -37,7 +37,7 @@ import numpy as np
 
 from ..core.metrics import RuntimeFeatures, WindowStats
 from ..core.scheduler import CreditQueue, Message, Segment, TensorSpec, plan_messages
-from ..core.space import Config
+from ..core.space import Config, SearchSpace
 from ._cluster import Cluster, Trace, resolve_traces
 from ._models import ModelProfile
 
@@ -409,6 +409,7 @@ def simulate(
     warmup_iters: int = 1,
     max_messages: int = DEFAULT_MAX_MESSAGES,
     start_iter: int = 0,
+    space: SearchSpace | None = None,
 ) -> SimResult:
     """Simulate ``n_iters`` steady-state iterations of ``model`` on ``cluster`` under ``config``.
 
@@ -425,19 +426,23 @@ def simulate(
             the first reported one already overlaps with its predecessor.
         max_messages: see :data:`DEFAULT_MAX_MESSAGES`.
         start_iter: trace iteration of the first reported iteration.
+        space: if given, ``config`` must be one of its candidates.
 
     Returns:
         :class:`SimResult`.
 
     Raises:
         TypeError: ``model``, ``cluster`` or ``config`` of the wrong type.
-        ValueError: ``n_iters < 1``, negative ``warmup_iters``, bad traces.
+        ValueError: ``n_iters < 1``, negative ``warmup_iters``, bad traces,
+            ``config`` outside ``space``.
     """
     if not isinstance(model, ModelProfile):
         raise TypeError(f"model must be a ModelProfile (see autobyte.sim.get_model), but got model={model!r}.")
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a Cluster, but got cluster={cluster!r}.")
     config = _as_config(config)
+    if space is not None and config not in space:
+        raise ValueError(f"config must be one of the {len(space)} candidates of the search space, but got config={config}.")
     for nm, v, lo in (("n_iters", n_iters, 1), ("warmup_iters", warmup_iters, 0), ("max_messages", max_messages, 16), ("start_iter", start_iter, 0)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, but got {nm}={v!r}.")

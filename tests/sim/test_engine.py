@@ -230,3 +230,15 @@ def test_bad_simulate_arguments() -> None:
         simulate(m, c, (0, MiB))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="n_iters must be an integer >= 1, but got n_iters=0"):
         simulate(m, c, Config(MiB, MiB), n_iters=0)
+
+
+def test_config_outside_the_space() -> None:
+    from autobyte.core import SearchSpace
+
+    space = SearchSpace.default()
+    m, c = get_model("alexnet"), Cluster(2)
+    simulate(m, c, Config.from_multiple(4 * MiB, 2), n_iters=1, space=space)
+    with pytest.raises(ValueError, match=r"config must be one of the 152 candidates of the search space, but got config=<partition 3 MiB"):
+        simulate(m, c, Config(3 * MiB, 6 * MiB), n_iters=1, space=space)
+    with pytest.raises(ValueError, match="credit_bytes must be a positive integer"):
+        simulate(m, c, Config(MiB, -1), n_iters=1)
