@@ -1,0 +1,145 @@
+"""Runtime statistics -> the meta-network's fixed-size numeric inputs (numpy only).
+
+Three groups, following Fig. 4(a) of the paper, extended:
+
+* **layers** ``(K, F_LAYER)``: the model described by its per-tensor gradient
+  sizes and per-tensor backward times (mean and slowest worker), pooled into
+  ``K`` consecutive bins so that any number of layers ``l`` maps to a fixed
+  length (the paper's "embed T into a fixed dimension"); read by the LSTM.
+* **job** ``(F_JOB,)``: static features (n, l, architecture, total bytes and
+  compute), the bandwidth branch (min / mean / max of up and down rates over
+  workers, so any ``n`` works), the configuration in force and how fast it ran.
+* **candidates** ``(M, F_CAND)``: each candidate configuration, absolute and
+  relative to the model (messages it makes, credit against the model's bytes)
+  and to the configuration in force.
+
+The network predicts ``log(speed(candidate) / observed speed)``; everything is
+in log units so models and clusters of very different scale look alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autobyte.core.metrics import ARCHITECTURES, RuntimeFeatures
+from autobyte.core.space import Config
+
+#: Bins the per-layer sequence is pooled into (any ``l`` maps to this length).
+N_BINS = 16
+F_LAYER = 6
+F_JOB = 21
+F_CAND = 12
+#: Version of the feature layout, stored with the weights; a mismatch refuses to load.
+FEATURE_VERSION = 1
+
+_MB = 1e6
+_GBPS = 1e9 / 8  # bytes/s in one Gbit/s
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """Featurised window: ``layers (K, F_LAYER)``, ``job (F_JOB,)`` and the job's layer sizes."""
+
+    layers: np.ndarray
+    job: np.ndarray
+    layer_bytes: np.ndarray
+    current: Config
+    observed_speed: float
+
+
+def _bins(l: int, k: int = N_BINS) -> np.ndarray:
+    return (np.arange(l) * k) // l
+
+
+def layer_features(layer_bytes: np.ndarray, layer_time_s: np.ndarray) -> np.ndarray:
+    """``(N_BINS, F_LAYER)`` from ``(l,)`` bytes and ``(l, n)`` backward times."""
+    l = layer_bytes.shape[0]
+    b = _bins(l)
+    t_mean = layer_time_s.mean(axis=1)
+    t_max = layer_time_s.max(axis=1)
+    out = np.zeros((N_BINS, F_LAYER))
+    sum_b = np.bincount(b, layer_bytes, N_BINS)
+    sum_t = np.bincount(b, t_mean, N_BINS)
+    sum_tm = np.bincount(b, t_max, N_BINS)
+    cnt = np.bincount(b, None, N_BINS)
+    max_b = np.zeros(N_BINS)
+    np.maximum.at(max_b, b, layer_bytes)
+    out[:, 0] = np.log1p(sum_b / _MB)
+    out[:, 1] = np.log1p(sum_t * 1e3)
+    out[:, 2] = np.log1p(sum_tm * 1e3)
+    out[:, 3] = np.log1p(max_b / _MB)
+    out[:, 4] = np.log1p(cnt)
+    out[:, 5] = cnt > 0
+    return out
+
+
+def _cfg_vec(p: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
+    return [np.log2(p / _MB), np.log2(c / _MB), np.log2(c / p)]
+
+
+def job_features(f: RuntimeFeatures, current: Config, observed_speed: float) -> np.ndarray:
+    """``(F_JOB,)`` static + bandwidth + current-configuration features."""
+    n, l = f.n_workers, f.n_layers
+    total_b = float(f.layer_bytes.sum())
+    bwd = f.layer_time_s.sum(axis=0)  # per worker
+    compute = f.forward_s + bwd
+    comp_mean = max(float(compute.mean()), 1e-6)
+    up = np.maximum(f.bw_up_Bps, 1.0) / _GBPS
+    down = np.maximum(f.bw_down_Bps, 1.0) / _GBPS
+    speed = max(float(observed_speed), 1e-9)
+    per_worker = speed / n
+    arch = [1.0 if f.arch == a else 0.0 for a in ARCHITECTURES]
+    comm_bound = total_b / (min(up.min(), down.min()) * _GBPS)
+    p0, c0 = float(current.partition_bytes), float(current.credit_bytes)
+    v = [
+        np.log(n), np.log(l), *arch,
+        np.log(total_b / _MB), np.log(comp_mean), np.log(max(float(f.forward_s.mean()), 1e-6)),
+        np.log(max(float(compute.max()), 1e-6) / comp_mean),
+        np.log(up.min()), np.log(up.mean()), np.log(up.max()),
+        np.log(down.min()), np.log(down.mean()), np.log(down.max()),
+        np.log(comm_bound / comp_mean),
+        np.log(speed), np.log(per_worker * comp_mean),  # per-worker samples per compute-second: efficiency
+        *[float(x) for x in _cfg_vec(np.array(p0), np.array(c0))],
+        np.log(p0 / total_b),
+    ]
+    out = np.array(v, dtype=np.float64)
+    assert out.shape == (F_JOB,), out.shape
+    return out
+
+
+def featurize(f: RuntimeFeatures, current: Config, observed_speed: float) -> JobInputs:
+    """Featurise one window (statistics of every worker under ``current``)."""
+    if not np.isfinite(observed_speed) or observed_speed <= 0:
+        raise ValueError(f"observed_speed must be a positive finite number, but got observed_speed={observed_speed!r}.")
+    return JobInputs(
+        layers=layer_features(f.layer_bytes, f.layer_time_s),
+        job=job_features(f, current, observed_speed),
+        layer_bytes=f.layer_bytes,
+        current=current,
+        observed_speed=float(observed_speed),
+    )
+
+
+def candidate_features(layer_bytes: np.ndarray, candidates: np.ndarray, current: Config) -> np.ndarray:
+    """``(M, F_CAND)`` for candidates ``(M, 2)`` of ``[partition_bytes, credit_bytes]``."""
+    cand = np.asarray(candidates, dtype=np.float64)
+    p, c = cand[:, 0], cand[:, 1]
+    total = float(layer_bytes.sum())
+    # messages the plan makes: every tensor split into ceil(b/p) chunks (no fusion),
+    # and the fully fused count ceil(total/p); the real plan lies between.
+    n_split = np.ceil(layer_bytes[None, :] / p[:, None]).sum(axis=1)
+    n_fused = np.ceil(total / p)
+    largest = float(layer_bytes.max())
+    p0, c0 = float(current.partition_bytes), float(current.credit_bytes)
+    cols = [
+        *_cfg_vec(p, c),
+        np.log(n_split), np.log(n_fused),
+        np.log(p / total), np.log(c / total), np.log(np.minimum(p, largest) / largest),
+        np.log2(p / p0), np.log2(c / c0), np.log2((c / p) / (c0 / p0)),
+        np.log(np.minimum(c, total) / np.minimum(p, total)),  # messages in flight at once
+    ]
+    out = np.stack(cols, axis=1)
+    assert out.shape[1] == F_CAND
+    return out

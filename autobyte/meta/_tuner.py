@@ -1,0 +1,334 @@
+"""AutoByte's tuner: meta-network predictions + optimization trigger + online adaptation."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import warnings
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from autobyte.core.space import Config, SearchSpace
+from autobyte.core.trigger import AdaptTrigger, GainTrigger
+from autobyte.core.tuning import Decision, Observation, Tuner
+
+from ._features import JobInputs, candidate_features, featurize
+from ._network import MetaNetwork, _NumpyHead
+
+_log = logging.getLogger("autobyte.meta")
+
+#: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
+_ENV = [5, 6, 7, 8, 9, 10, 11, 12, 13]
+
+
+class Adapter:
+    """Fine-tunes the meta-network's head on one job's observations, encoder frozen.
+
+    Runs in a background thread (``background=True``) so the training step
+    never waits; the new head replaces the old one with one reference swap.
+
+    Args:
+        net: the meta-network (its head is updated in place).
+        time_budget_s: wall-clock bound of one adaptation (1.0).
+        learning_rate: Adam step size (1e-3).
+        max_epochs: full-batch steps over the replay buffer (300), cut by the time budget.
+            Few, small steps on the head only keep the offline knowledge.
+
+    Raises:
+        ValueError: an argument out of range.
+    """
+
+    def __init__(
+        self, net: MetaNetwork, *, time_budget_s: float = 1.0, learning_rate: float = 1e-3, max_epochs: int = 300
+    ) -> None:
+        for name, v in (("time_budget_s", time_budget_s), ("learning_rate", learning_rate)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a positive finite number, but got {name}={v!r}.")
+        if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
+            raise ValueError(f"max_epochs must be a positive integer, but got max_epochs={max_epochs!r}.")
+        self.net = net
+        self.time_budget_s = float(time_budget_s)
+        self.learning_rate = float(learning_rate)
+        self.max_epochs = max_epochs
+        self._thread: threading.Thread | None = None
+        self.n_runs = 0
+        self.last_duration_s = 0.0
+        self.total_s = 0.0
+        self.last_loss: tuple[float, float] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, emb: np.ndarray, cand: np.ndarray, y: np.ndarray, *, background: bool = True) -> bool:
+        """Start one adaptation on rows ``(emb, cand) -> y``; ``False`` if one is still running."""
+        if self.running:
+            return False
+        args = (emb.astype(np.float32), cand.astype(np.float32), y.astype(np.float32))
+        if background:
+            self._thread = threading.Thread(target=self._run, args=args, name="autobyte-adapt", daemon=True)
+            self._thread.start()
+        else:
+            self._run(*args)
+        return True
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, emb: np.ndarray, cand: np.ndarray, y: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._fit(emb, cand, y, t0)
+        except Exception as exc:  # never let adaptation take training down
+            _log.warning("autobyte: online adaptation failed (%s); keeping the previous predictor.", exc)
+        finally:
+            dt = time.perf_counter() - t0
+            self.last_duration_s = dt
+            self.total_s += dt
+            self.n_runs += 1
+
+    def _fit(self, emb: np.ndarray, cand: np.ndarray, y: np.ndarray, t0: float) -> None:
+        # Plain numpy Adam on the head's three dense layers: microseconds per
+        # step, works on every Keras backend, and never touches the encoder.
+        head = self.net._np_head
+        params = [p.copy() for kb in head.d for p in kb]
+        emb = emb.astype(np.float64)
+        xc = (cand.astype(np.float64) - head.cn[0]) / head.cn[1]
+        x0 = np.concatenate([emb, xc], axis=1)
+        y = y.astype(np.float64)
+        m = [np.zeros_like(p) for p in params]
+        v = [np.zeros_like(p) for p in params]
+        b1, b2, lr = 0.9, 0.999, self.learning_rate
+        n = len(y)
+        first = last = float("nan")
+        for step in range(1, self.max_epochs + 1):
+            if time.perf_counter() - t0 > self.time_budget_s:
+                break
+            k1, c1, k2, c2, k3, c3 = params
+            a1 = x0 @ k1 + c1
+            h1 = np.maximum(a1, 0.0)
+            a2 = h1 @ k2 + c2
+            h2 = np.maximum(a2, 0.0)
+            out = (h2 @ k3 + c3)[:, 0]
+            err = out - y
+            loss = float(np.mean(err * err))
+            first = loss if step == 1 else first
+            last = loss
+            g_out = (2.0 / n) * err[:, None]
+            g_k3, g_c3 = h2.T @ g_out, g_out.sum(0)
+            g_a2 = (g_out @ k3.T) * (a2 > 0)
+            g_k2, g_c2 = h1.T @ g_a2, g_a2.sum(0)
+            g_a1 = (g_a2 @ k2.T) * (a1 > 0)
+            g_k1, g_c1 = x0.T @ g_a1, g_a1.sum(0)
+            for i, g in enumerate((g_k1, g_c1, g_k2, g_c2, g_k3, g_c3)):
+                m[i] = b1 * m[i] + (1 - b1) * g
+                v[i] = b2 * v[i] + (1 - b2) * g * g
+                params[i] -= lr * (m[i] / (1 - b1**step)) / (np.sqrt(v[i] / (1 - b2**step)) + 1e-8)
+        if not all(np.all(np.isfinite(p)) for p in params):
+            raise FloatingPointError("adaptation diverged")
+        new = _NumpyHead.__new__(_NumpyHead)
+        new.cn = head.cn
+        new.d = [(params[0], params[1]), (params[2], params[3]), (params[4], params[5])]
+        self.net._np_head = new  # one reference swap: scoring never sees a half-updated head
+        self.last_loss = (first, last)
+
+    def commit_to_keras(self) -> None:
+        """Copy the adapted head into the Keras model (before saving it)."""
+        with self.net.lock:
+            layers = [self.net.head.get_layer(n) for n in ("head_1", "head_2", "log_ratio")]
+            for layer, (k, b) in zip(layers, self.net._np_head.d):
+                layer.set_weights([k.astype("float32"), b.astype("float32")])
+
+
+class AutoByteTuner(Tuner):
+    """AutoByte: reconfigure to the meta-network's best predicted candidate when it pays.
+
+    Every window: featurise every worker's statistics, score the whole search
+    space in one batched call, ask :class:`~autobyte.core.trigger.GainTrigger`
+    whether the best beats the configuration in force (measured speeds of this
+    regime override predictions), and adapt the network online when
+    :class:`~autobyte.core.trigger.AdaptTrigger` says it is wrong. After a move
+    that made training slower, it moves back (rollback). Decisions are logged
+    on ``autobyte.meta`` with their reason.
+
+    Args:
+        network: the meta-network; ``None`` loads the shipped pretrained weights.
+        weights: path to weights saved by ``autobyte train-meta`` (instead of ``network``).
+        min_gain: predicted gain needed to reconfigure (0.05).
+        max_error: prediction error that starts adaptation (0.10).
+        adapt: adapt online at all (True).
+        background: adapt in a background thread (True); ``False`` runs it inline (deterministic, for simulation).
+        adapt_time_s: bound of one adaptation (1.0).
+        replay_size: rows kept in the replay buffer (256).
+        enabled: ``False`` never reconfigures (predictions are still logged).
+
+    Raises:
+        ValueError: bad thresholds, or an unusable weights file.
+        FileNotFoundError: ``weights`` does not exist.
+
+    Example:
+        >>> tuner = make_tuner("autobyte")                          # doctest: +SKIP
+        >>> controller = Controller(tuner, SearchSpace.default(), start, "ps", layer_bytes)  # doctest: +SKIP
+    """
+
+    name = "autobyte"
+
+    def __init__(
+        self,
+        network: MetaNetwork | None = None,
+        *,
+        weights: str | None = None,
+        min_gain: float = 0.05,
+        max_error: float = 0.10,
+        adapt: bool = True,
+        background: bool = True,
+        adapt_time_s: float = 1.0,
+        replay_size: int = 256,
+        enabled: bool = True,
+    ) -> None:
+        if network is not None and weights is not None:
+            raise ValueError("pass either network or weights, not both.")
+        if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
+            raise ValueError(f"replay_size must be a positive integer, but got replay_size={replay_size!r}.")
+        if network is None:
+            network = MetaNetwork.load(weights) if weights is not None else MetaNetwork.load_default()
+        self.net = network
+        self.gain = GainTrigger(min_gain)
+        self.error = AdaptTrigger(max_error)
+        self.adapter = Adapter(network, time_budget_s=adapt_time_s)
+        self.adapt = bool(adapt)
+        self.background = bool(background)
+        self.enabled = bool(enabled)
+        self.replay_size = replay_size
+        self._reset()
+
+    def _reset(self) -> None:
+        self._window = 0
+        self._pred_next: float | None = None  # prediction for the config in force next window
+        self._recent: deque[tuple[JobInputs, np.ndarray]] = deque(maxlen=8)  # (inputs, embedding) of this regime
+        self._rows: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=self.replay_size)
+        self._measured: dict[Config, float] = {}
+        self._prev: tuple[Config, float] | None = None  # config and speed before the last move
+        self._last_env: tuple[Config, np.ndarray, float] | None = None
+        self.errors: list[float] = []
+        self.cpu_s = 0.0
+        self.n_decisions = 0
+
+    def start(self, space: SearchSpace, initial: Config) -> Config:
+        super().start(space, initial)
+        if len(space) == 1:
+            warnings.warn("autobyte: the search space has one candidate; AutoByte has nothing to tune.", stacklevel=2)
+        self._cands = space.to_array()
+        self._reset()
+        return initial
+
+    # ------------------------------------------------------------------ decision
+    def observe(self, obs: Observation) -> Decision | None:
+        t0 = time.process_time()
+        try:
+            return self._observe(obs)
+        finally:
+            self.cpu_s += time.process_time() - t0
+
+    def _observe(self, obs: Observation) -> Decision | None:
+        if not hasattr(self, "_cands"):
+            raise RuntimeError("AutoByteTuner.observe called before start(space, initial).")
+        self._window += 1
+        w = self._window
+        if not (math.isfinite(obs.speed) and obs.speed > 0):
+            warnings.warn(f"autobyte: window at iteration {obs.iteration} has speed {obs.speed!r}; keeping {obs.config}.", stacklevel=3)
+            return None
+        try:
+            job = featurize(obs.features, obs.config, obs.speed)
+            emb = self.net.encode(job)
+            cand = candidate_features(job.layer_bytes, self._cands, obs.config)
+            logr = self.net.head_predict(emb, cand)
+            if not np.all(np.isfinite(logr)) or not np.all(np.isfinite(emb)):
+                raise ValueError("the meta-network produced NaN or inf")
+        except (ValueError, FloatingPointError) as exc:
+            warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=3)
+            return None
+        self._track_regime(job, obs)
+        self._learn(job, emb, obs)
+        # calibrate on the configuration in force: its prediction must equal what was observed
+        cur_idx = self.space.index(obs.config) if obs.config in self.space else None
+        base = logr[cur_idx] if cur_idx is not None else float(self.net.head_predict(emb, candidate_features(job.layer_bytes, np.array([[obs.config.partition_bytes, obs.config.credit_bytes]], float), obs.config))[0])
+        pred = obs.speed * np.exp(logr - base)
+        for c, v in self._measured.items():  # measurements of this regime beat predictions
+            if c in self.space and c != obs.config:
+                pred[self.space.index(c)] = v
+        if cur_idx is not None:
+            pred[cur_idx] = obs.speed
+        best = int(np.argmax(pred))
+        best_cfg, best_speed = self.space[best], float(pred[best])
+        self._pred_next = obs.speed
+        self.n_decisions += 1
+        if not self.enabled or len(self.space) == 1:
+            return None
+        # rollback: the last move made things slower, as measured
+        if self._prev is not None and self._prev[0] != obs.config and self._prev[1] > obs.speed * (1 + self.gain.min_gain):
+            back, v = self._prev
+            self._prev = None
+            self.gain.reset()
+            self.gain.should_reconfigure(w, obs.config, obs.speed, back, v)
+            self._pred_next = v
+            _log.info("autobyte: %s measured %.1f samples/s, slower than %s at %.1f: rolling back.", obs.config, obs.speed, back, v)
+            return Decision(back, f"rollback: {obs.config} measured {obs.speed:.1f} < {v:.1f} samples/s of {back}", v)
+        if self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, best_speed):
+            self._prev = (obs.config, obs.speed)
+            self._pred_next = best_speed
+            gain = best_speed / obs.speed - 1
+            reason = f"predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * gain:.1f}%)"
+            _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, best_cfg, reason)
+            return Decision(best_cfg, reason, best_speed)
+        return None
+
+    def _track_regime(self, job: JobInputs, obs: Observation) -> None:
+        env = job.job[_ENV]
+        if self._last_env is not None:
+            c, e, v = self._last_env
+            if c == obs.config and (np.max(np.abs(env - e)) > math.log(1.1) or abs(math.log(obs.speed / v)) > math.log(1.1)):
+                _log.info("autobyte: conditions changed at iteration %d (speed %.1f -> %.1f); forgetting measurements.", obs.iteration, v, obs.speed)
+                self._measured.clear()
+                self._recent.clear()
+                self._prev = None
+                self.gain.reset()
+        self._last_env = (obs.config, env, obs.speed)
+        self._measured[obs.config] = obs.speed
+
+    def _learn(self, job: JobInputs, emb: np.ndarray, obs: Observation) -> None:
+        if self._pred_next is not None:
+            err = abs(self._pred_next - obs.speed) / obs.speed
+            self.errors.append(err)
+            adapting = self.error.should_adapt(self._pred_next, obs.speed)
+        else:
+            adapting = False
+        cfg = np.array([[obs.config.partition_bytes, obs.config.credit_bytes]], dtype=np.float64)
+        for past, pemb in self._recent:  # this window's speed labels every earlier window of the regime
+            cf = candidate_features(past.layer_bytes, cfg, past.current)
+            self._rows.append((pemb[0], cf[0], math.log(obs.speed / past.observed_speed)))
+        self._recent.append((job, emb))
+        if adapting and self.adapt and len(self._rows) >= 2:
+            e, c, y = (np.array(x) for x in zip(*self._rows))
+            if self.adapter.start(e, c, y, background=self.background):
+                _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * self.errors[-1], 100 * self.error.max_error, len(y))
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "window": self._window,
+            "gain": self.gain.state_dict(),
+            "error": self.error.state_dict(),
+            "measured": [[c.partition_bytes, c.credit_bytes, v] for c, v in self._measured.items()],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._window = int(state.get("window", 0))
+        self.gain.load_state_dict(state.get("gain", {}))
+        self.error.load_state_dict(state.get("error", {}))
+        self._measured = {Config(int(p), int(c)): float(v) for p, c, v in state.get("measured", [])}
