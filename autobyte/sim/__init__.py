@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._cluster import GBPS, BandwidthTrace, Cluster, ComputeTrace
-from ._engine import SimResult, simulate
+from ._engine import SimResult, evaluate_configs, simulate
 from ._models import MODELS, V100, Device, ModelProfile, get_model
 
 
@@ -34,5 +34,5 @@ def profile_module(module: Any, example_input: Any, **kwargs: Any) -> ModelProfi
 
 __all__ = sorted([
     "BandwidthTrace", "Cluster", "ComputeTrace", "Device", "GBPS", "MODELS", "ModelProfile", "SimResult", "V100",
-    "get_model", "profile_module", "simulate",
+    "evaluate_configs", "get_model", "profile_module", "simulate",
 ])

@@ -545,3 +545,27 @@ def simulate(
         _records=rep,
         _plan=plan,
     )
+
+
+def evaluate_configs(
+    model: ModelProfile,
+    cluster: Cluster,
+    configs: Sequence[Config] | SearchSpace,
+    n_iters: int = 10,
+    seed: int = 0,
+    traces: Sequence[Trace] | Trace | None = None,
+    *,
+    start_iter: int = 0,
+) -> np.ndarray:
+    """Cluster samples/s of every configuration in the same conditions (the
+    grid-search oracle): same traces, same jitter draws, same window.
+
+    Returns:
+        ``(len(configs),)`` float64 array.
+    """
+    cfgs = list(configs)
+    if not cfgs:
+        raise ValueError("configs must hold at least one Config, but got none.")
+    return np.array(
+        [simulate(model, cluster, c, n_iters=n_iters, seed=seed, traces=traces, start_iter=start_iter).samples_per_s for c in cfgs]
+    )

@@ -242,3 +242,15 @@ def test_config_outside_the_space() -> None:
         simulate(m, c, Config(3 * MiB, 6 * MiB), n_iters=1, space=space)
     with pytest.raises(ValueError, match="credit_bytes must be a positive integer"):
         simulate(m, c, Config(MiB, -1), n_iters=1)
+
+
+def test_evaluate_configs_is_the_grid_oracle() -> None:
+    from autobyte.sim import evaluate_configs
+
+    m, c = get_model("resnet50"), Cluster.from_gbps(8, 5)
+    cfgs = [Config.from_multiple(p, 2) for p in (64 * KiB, MiB, 64 * MiB)]
+    s = evaluate_configs(m, c, cfgs, n_iters=3)
+    assert s.shape == (3,)
+    assert s[1] == simulate(m, c, cfgs[1], n_iters=3).samples_per_s
+    with pytest.raises(ValueError, match="configs must hold at least one Config"):
+        evaluate_configs(m, c, [])
