@@ -17,7 +17,8 @@ from typing import Any
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Controller, StaticTuner, Tuner
-from ._mxnet_engine import KVStoreEngine, schedule
+from ._mxnet_engine import KVStoreEngine, _GluonEngine, schedule
+from ._mxnet_horovod import HOROVOD_HINT, HorovodEngine
 from ._mxnet_imports import INSTALL_HINT, SUPPORTED_MXNET, check_mxnet_version, import_mxnet
 from ._mxnet_launch import WorkerResult, free_port, launch_local_ps
 
@@ -56,6 +57,9 @@ def _make_tuner(tuner: str | Tuner, tuner_kwargs: dict[str, Any]) -> Tuner:
         raise ImportError(f"tuner={tuner!r} could not be built because an import failed ({exc}); install what it needs or pass tuner='static'.") from exc
 
 
+ENGINES = ("horovod", "kvstore")
+
+
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
@@ -64,11 +68,13 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 
 
 class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd):  # type: ignore[misc,valid-type]
-    """Gluon Estimator event handler: scheduled, auto-tuned gradient communication on a ``dist_sync`` parameter server.
+    """Gluon Estimator event handler: scheduled, auto-tuned gradient communication (parameter server or Horovod).
 
     It replaces the Estimator's ``GradientUpdateHandler``: at the end of each
     batch it pushes and pulls the gradients through a :class:`KVStoreEngine`
-    and applies the optimizer. Every ``window_iters`` batches, rank 0's tuner
+    (``engine="kvstore"``, a ``dist_sync`` parameter server) or all-reduces
+    them through a :class:`HorovodEngine` (``engine="horovod"``), then
+    applies the optimizer. Every ``window_iters`` batches, rank 0's tuner
     sees every worker's statistics and may pick a new configuration, which
     every worker applies from the next batch. With a non-distributed kvstore
     (one worker) it warns once and training runs exactly as without it.
@@ -84,7 +90,9 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
             reconfiguration (default 2).
         search_space: candidate configurations (default
             :meth:`SearchSpace.default`).
-        kvstore: overrides the Trainer's kvstore (type string or KVStore).
+        engine: ``"kvstore"`` (default) or ``"horovod"``.
+        kvstore: overrides the Trainer's kvstore (type string or KVStore;
+            ``engine="kvstore"`` only).
         tuner_kwargs: keyword arguments for a tuner built by name.
         verbose: log windows and decisions with the Estimator's logger (rank 0 only).
         priority: Estimator handler priority (default -2000, the slot of
@@ -111,6 +119,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         window_iters: int = 10,
         warmup_iters: int = 2,
         search_space: SearchSpace | None = None,
+        engine: str = "kvstore",
         kvstore: Any = None,
         tuner_kwargs: dict[str, Any] | None = None,
         verbose: bool = True,
@@ -126,12 +135,17 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
             raise TypeError(f"search_space must be a SearchSpace or None, but got search_space={search_space!r}.")
         if tuner_kwargs is not None and not isinstance(tuner_kwargs, dict):
             raise TypeError(f"tuner_kwargs must be a dict or None, but got tuner_kwargs={tuner_kwargs!r}.")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, but got engine={engine!r}.")
+        if engine != "kvstore" and kvstore is not None:
+            raise ValueError(f"kvstore applies to engine='kvstore' only, but got kvstore={kvstore!r} with engine={engine!r}.")
+        self.engine_name = engine
         self.tuner = _make_tuner(tuner, dict(tuner_kwargs or {}))
         self.search_space = search_space if search_space is not None else SearchSpace.default()
         self.kvstore = kvstore
         self.verbose = bool(verbose)
         self.priority = priority
-        self.engine: KVStoreEngine | None = None
+        self.engine: _GluonEngine | None = None
         self.controller: Controller | None = None
         #: ``(iteration, old, new, reason)`` of every reconfiguration applied, on every rank.
         self.reconfigurations: list[tuple[int, Config, Config, str]] = []
@@ -142,15 +156,17 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
     def train_begin(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
         self._logger = getattr(estimator, "logger", None)
         if self.engine is None:
-            self.engine = schedule(
-                estimator.trainer, partition_bytes=self.initial.partition_bytes,
-                credit_bytes=self.initial.credit_bytes, kvstore=self.kvstore,
-            )
+            sizes = {"partition_bytes": self.initial.partition_bytes, "credit_bytes": self.initial.credit_bytes}
+            if self.engine_name == "horovod":
+                self.engine = HorovodEngine(estimator.trainer, **sizes)
+                how = "start the processes with horovodrun"
+            else:
+                self.engine = schedule(estimator.trainer, kvstore=self.kvstore, **sizes)
+                how = "use kvstore='dist_sync' with DMLC_* variables set to train on a parameter server"
             if not self.engine.distributed:
                 warnings.warn(
-                    "AutoByteHandler: the Trainer's kvstore is not distributed, so there is one worker and no "
-                    "communication to schedule; training runs unchanged (use kvstore='dist_sync' with DMLC_* "
-                    "variables set to train on a parameter server).",
+                    f"AutoByteHandler: there is one worker (engine={self.engine_name!r}), so there is no "
+                    f"communication to schedule; training runs unchanged ({how}).",
                     stacklevel=2,
                 )
             if self._restored is not None:
@@ -179,7 +195,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
                       f"{len(self.reconfigurations)} reconfiguration(s).")
 
     # ------------------------------------------------------------ decisions
-    def _after_step(self, engine: KVStoreEngine) -> None:
+    def _after_step(self, engine: _GluonEngine) -> None:
         it = engine.iteration - 1  # the batch just finished
         if self.controller is None:
             self._start_controller(engine)
@@ -200,10 +216,10 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
             reason = decision.reason if decision is not None else "rank 0's decision"
             self._apply(engine, cfg, it + 1, reason, decision.predicted_speed if decision is not None else None)
 
-    def _start_controller(self, engine: KVStoreEngine) -> None:
+    def _start_controller(self, engine: _GluonEngine) -> None:
         self.controller = Controller(
-            self.tuner, self.search_space, engine.config, "ps", [t.nbytes for t in engine.tensors],
-            window_iters=self.window_iters, warmup_iters=self.warmup_iters,
+            self.tuner, self.search_space, engine.config, engine.arch, [t.nbytes for t in engine.tensors],
+            window_iters=self.window_iters, warmup_iters=self.warmup_iters, link_factor=engine.link_factor,
         )
         if self._restored is not None:
             self.controller.load_state_dict(self._restored.get("controller", {}))
@@ -215,7 +231,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         if cfg is not None and cfg != engine.config:
             self._apply(engine, cfg, engine.iteration, "tuner start", None)
 
-    def _apply(self, engine: KVStoreEngine, cfg: Config, at: int, reason: str, predicted: float | None) -> None:
+    def _apply(self, engine: _GluonEngine, cfg: Config, at: int, reason: str, predicted: float | None) -> None:
         assert self.controller is not None
         old = self.controller.current
         engine.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason=reason)
@@ -252,6 +268,6 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
 
 
 __all__ = sorted([
-    "AutoByteHandler", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET", "WorkerResult", "check_mxnet_version",
+    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET", "WorkerResult", "check_mxnet_version",
     "free_port", "launch_local_ps", "schedule",
 ])

@@ -96,6 +96,8 @@ def _data() -> object:
         ({"tuner": "nope"}, ValueError, r"tuner must be .* but got tuner='nope'\."),
         ({"tuner": 3}, TypeError, r"tuner must be a tuner name \(str\) or a autobyte Tuner instance, but got tuner=3\."),
         ({"search_space": [Config(1, 1)]}, TypeError, r"search_space must be a SearchSpace or None, but got search_space=\["),
+        ({"engine": "nccl"}, ValueError, r"engine must be one of \('horovod', 'kvstore'\), but got engine='nccl'\."),
+        ({"engine": "horovod", "kvstore": "dist_sync"}, ValueError, r"kvstore applies to engine='kvstore' only, but got kvstore='dist_sync' with engine='horovod'\."),
         ({"tuner_kwargs": [1]}, TypeError, r"tuner_kwargs must be a dict or None, but got tuner_kwargs=\[1\]\."),
     ],
 )
@@ -161,7 +163,7 @@ def test_world_size_one_just_trains() -> None:
     net, trainer = _trainer()
     est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
     handler = AutoByteHandler("static", 1024, 2048, window_iters=2)
-    with pytest.warns(UserWarning, match=r"kvstore is not distributed, so there is one worker .* training runs unchanged"):
+    with pytest.warns(UserWarning, match=r"there is one worker .engine=.kvstore.., so there is no communication to schedule; training runs unchanged"):
         est.fit(_data(), epochs=2, event_handlers=[handler])
     got = _weights(net)
     assert handler.engine is not None and not handler.engine.distributed

@@ -1,6 +1,8 @@
-"""One worker of a loopback dist_sync job: trains a small Gluon MLP through the Estimator.
+"""One worker of a 2-worker job: trains a small Gluon MLP through the Estimator.
 
-Run by tests/integrations/test_mxnet_ps.py through ``launch_local_ps``. Writes
+``--engine kvstore``: a loopback dist_sync job started by ``launch_local_ps``
+(tests/integrations/test_mxnet_ps.py); ``--engine horovod``: a ``horovodrun
+--gloo`` job (tests/integrations/test_mxnet_horovod.py). Writes
 ``rank<r>.npz`` (final parameters, per-batch losses) and ``rank<r>.json``
 (reconfigurations and statistics) into ``--out``.
 """
@@ -25,6 +27,7 @@ def main() -> None:
     ap.add_argument("--switch-credit", type=int, default=0)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--window", type=int, default=5)
+    ap.add_argument("--engine", choices=["kvstore", "horovod"], default="kvstore")
     args = ap.parse_args()
 
     import mxnet as mx
@@ -58,8 +61,14 @@ def main() -> None:
         def batch_end(self, estimator, *a, **kw):  # type: ignore[no-untyped-def]
             self.losses.append(float(sum(l.mean().asscalar() for l in kw["loss"])))
 
-    kv = mx.kv.create("dist_sync")
-    rank = kv.rank
+    if args.engine == "kvstore":
+        kv = mx.kv.create("dist_sync")
+        rank, size = kv.rank, kv.num_workers
+    else:
+        import horovod.mxnet as hvd
+
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
     mx.random.seed(7)
     np.random.seed(7)
     rs = np.random.RandomState(100 + rank)  # every worker its own shard
@@ -71,7 +80,14 @@ def main() -> None:
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
     net.initialize(mx.init.Xavier())
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4}, kvstore=kv)
+    opt = {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4}
+    if args.engine == "kvstore":
+        trainer = gluon.Trainer(net.collect_params(), "sgd", opt, kvstore=kv)
+    elif args.mode == "plain":  # Horovod's own unscheduled path
+        hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+        trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt)
+    else:
+        trainer = gluon.Trainer(net.collect_params(), "sgd", opt, kvstore=None)
     est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
     rec = RecordLoss()
     handlers: list = [rec]
@@ -80,7 +96,7 @@ def main() -> None:
         tuner: Tuner | str = "static"
         if args.switch_partition:
             tuner = SwitchOnce(Config(args.switch_partition, args.switch_credit or args.switch_partition))
-        handler = AutoByteHandler(tuner, args.partition, args.credit, window_iters=args.window, search_space=None)
+        handler = AutoByteHandler(tuner, args.partition, args.credit, window_iters=args.window, engine=args.engine)
         handlers.append(handler)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -88,7 +104,7 @@ def main() -> None:
 
     params = {name: p.data().asnumpy() for name, p in net.collect_params().items()}
     np.savez(os.path.join(args.out, f"rank{rank}.npz"), losses=np.array(rec.losses), **params)
-    info: dict = {"rank": rank, "num_workers": kv.num_workers}
+    info: dict = {"rank": rank, "num_workers": size}
     if handler is not None:
         eng = handler.engine
         info.update(
@@ -96,7 +112,8 @@ def main() -> None:
             config=eng.config.to_dict(),
             tensor_bytes=[t.nbytes for t in eng.tensors],
             reconfigurations=[(i, a.to_dict(), b.to_dict(), r) for i, a, b, r in handler.reconfigurations],
-            layouts={str(p): len(l.keys) for p, l in eng._layouts.items()},
+            layouts={str(p): len(l.messages) for p, l in eng._layouts.items()},
+            arch=eng.arch,
             last_messages=eng.last_messages,
             history=handler.controller.history,
         )
