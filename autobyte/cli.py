@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:  # that subsystem has no commands yet
+            if exc.name in (name, name.rpartition(".")[0]):  # that subsystem has no commands yet
                 continue
             raise
         mod.register(sub)

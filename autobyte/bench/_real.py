@@ -1,0 +1,250 @@
+"""``autobyte bench``: real training, side by side on one bandwidth trace.
+
+Every method trains the same model with 2 workers in network namespaces
+whose links follow the same trace (``autobyte.testbed``), one method after
+the other within one command:
+
+* ``ddp``: plain DistributedDataParallel (25 MiB buckets);
+* ``bytescheduler``: the scheduled engine at ByteScheduler's default config;
+* ``bo``: the config ByteScheduler's Bayesian optimisation finds (run for
+  real at the trace's first rate, then frozen);
+* ``autobyte``: the engine tuned online by the shipped meta-network;
+* ``oracle``: per-phase best config, from a grid measured at every rate of the
+  trace, switched at each phase boundary.
+
+Outputs (in ``--out``): ``iterations.csv`` (every iteration of every method),
+``summary.csv`` and ``summary.md`` (throughput and ratios, per phase kind),
+``throughput.png`` (throughput over iterations, reconfigurations marked, like
+the paper's Fig. 6), and the raw per-run JSON lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, KiB, MiB, Config
+
+#: The oracle's candidate grid (also BO's search box corners): partitions x credit multiples.
+GRID_PARTITIONS = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+GRID_CREDITS = (1, 2, 4)
+METHODS = ("ddp", "bytescheduler", "bo", "autobyte", "oracle")
+
+
+@dataclass
+class BenchPlan:
+    """What one ``autobyte bench`` run does."""
+
+    low_mbit: float = 200.0
+    high_mbit: float = 2000.0
+    every: int = 20
+    iters: int = 200
+    methods: Sequence[str] = METHODS
+    window_iters: int = 10
+    grid_iters: int = 6
+    grid_warmup: int = 2
+    bo_iters: int = 150
+    batch_size: int = 16
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        for name in ("low_mbit", "high_mbit"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name} must be a positive number of Mbit/s, but got {name}={v!r}.")
+        if self.high_mbit <= self.low_mbit:
+            raise ValueError(f"high_mbit must be above low_mbit, but got low_mbit={self.low_mbit}, high_mbit={self.high_mbit}.")
+        for name in ("every", "iters", "window_iters", "grid_iters", "bo_iters", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, but got {name}={v!r}.")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise ValueError(f"methods must be a non-empty subset of {METHODS}, but got {list(self.methods)!r}.")
+
+    def rate_at(self, it: int) -> float:
+        """The trace starts high (as the paper's Fig. 6) and alternates every ``every`` iterations."""
+        return self.high_mbit if (it // self.every) % 2 == 0 else self.low_mbit
+
+    def trace_spec(self) -> str:
+        n = -(-self.iters // self.every)
+        return f"step:{self.high_mbit:g},{self.low_mbit:g}@{self.every}it,n={n}"
+
+
+def _grid() -> list[Config]:
+    return [Config.from_multiple(p, m) for p in GRID_PARTITIONS for m in GRID_CREDITS]
+
+
+def _run(spec: dict[str, Any], trace: str, out_dir: str, plan: BenchPlan, log: Any) -> list[dict[str, Any]]:
+    from ..testbed import BandwidthTrace, Testbed
+
+    os.makedirs(out_dir, exist_ok=True)
+    spec = dict(spec, batch_size=plan.batch_size)
+    cmd = [sys.executable, "-m", "autobyte.bench.allreduce_ranks", json.dumps(spec), out_dir]
+    t0 = time.monotonic()
+    with open(os.path.join(out_dir, "launch.log"), "w") as f, Testbed(2, trace=BandwidthTrace.parse(trace)) as tb:
+        rc = tb.run(cmd, timeout_s=plan.timeout_s, events_log=os.path.join(out_dir, "events.jsonl"),
+                    env={"PYTHONUNBUFFERED": "1"}, stdout=f)
+    if rc != 0:
+        raise RuntimeError(f"run {spec['method']} in {out_dir} failed with exit code {rc}; see {out_dir}/launch.log")
+    log(f"  {os.path.basename(out_dir)}: {time.monotonic() - t0:.0f} s")
+    with open(os.path.join(out_dir, "iterations.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _sweep(rate: float, plan: BenchPlan, out: str, log: Any) -> dict[Config, float]:
+    spec = {"method": "sweep", "configs": [[c.partition_bytes, c.credit_bytes] for c in _grid()],
+            "iters_per_config": plan.grid_iters, "warmup": plan.grid_warmup}
+    d = os.path.join(out, f"grid_{rate:g}mbit")
+    _run(spec, f"const:{rate:g}", d, plan, log)
+    with open(os.path.join(d, "sweep.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return {Config(*r["config"]): r["samples_per_s"] for r in rows}
+
+
+def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
+    """Run every method of ``plan`` on the same trace; write and return the summary."""
+    from ..testbed._netns import require_root
+
+    require_root()
+    os.makedirs(out, exist_ok=True)
+    trace = plan.trace_spec()
+    log(f"autobyte bench: 2 workers, trace {trace}, {plan.iters} iterations, methods {', '.join(plan.methods)}")
+    runs: dict[str, list[dict[str, Any]]] = {}
+    decisions: dict[str, list[dict[str, Any]]] = {}
+    best: dict[float, Config] = {}
+    grid: dict[float, dict[Config, float]] = {}
+    if "oracle" in plan.methods:
+        for rate in (plan.high_mbit, plan.low_mbit):
+            log(f"oracle grid at {rate:g} Mbit/s ({len(_grid())} configs)")
+            grid[rate] = _sweep(rate, plan, out, log)
+            best[rate] = max(grid[rate], key=grid[rate].__getitem__)
+            log(f"  best {best[rate]} at {grid[rate][best[rate]]:.1f} samples/s")
+    bo_config = None
+    if "bo" in plan.methods:
+        log(f"BO search at {plan.high_mbit:g} Mbit/s ({plan.bo_iters} iterations)")
+        d = os.path.join(out, "bo_search")
+        _run({"method": "tuner", "tuner": "bo", "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes],
+              "iters": plan.bo_iters, "window_iters": plan.window_iters}, f"const:{plan.high_mbit:g}", d, plan, log)
+        with open(os.path.join(d, "decisions.jsonl")) as f:
+            last = [json.loads(line) for line in f][-1]
+        bo_config = Config(*last["config"])
+        log(f"  BO froze at {bo_config}")
+    specs: dict[str, dict[str, Any]] = {
+        "ddp": {"method": "ddp"},
+        "bytescheduler": {"method": "static", "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]},
+        "autobyte": {"method": "tuner", "tuner": "autobyte", "window_iters": plan.window_iters,
+                     "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]},
+    }
+    if bo_config is not None:
+        specs["bo"] = {"method": "static", "config": [bo_config.partition_bytes, bo_config.credit_bytes]}
+    if best:
+        phases = []
+        for start in range(0, plan.iters, plan.every):
+            c = best[plan.rate_at(start)]
+            phases.append([start, [c.partition_bytes, c.credit_bytes]])
+        specs["oracle"] = {"method": "phases", "phases": phases}
+    for m in plan.methods:
+        log(f"trace run: {m}")
+        d = os.path.join(out, f"run_{m}")
+        runs[m] = _run(dict(specs[m], iters=plan.iters), trace, d, plan, log)
+        with open(os.path.join(d, "decisions.jsonl")) as f:
+            decisions[m] = [json.loads(line) for line in f]
+    summary = summarize(plan, runs)
+    summary["bo_config"] = None if bo_config is None else bo_config.to_dict()
+    summary["oracle_configs"] = {f"{r:g}": c.to_dict() for r, c in best.items()}
+    write_outputs(plan, runs, decisions, summary, out)
+    return summary
+
+
+def summarize(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Throughput per method (all iterations, and per phase kind) and ratios."""
+    rows = {}
+    for m, its in runs.items():
+        def tput(sel: list[dict[str, Any]]) -> float:
+            secs = sum(r["seconds"] for r in sel)
+            return plan.batch_size * 2 * len(sel) / secs if secs > 0 else 0.0
+
+        rows[m] = {
+            "all": tput(its),
+            "low": tput([r for r in its if plan.rate_at(r["iteration"]) == plan.low_mbit]),
+            "high": tput([r for r in its if plan.rate_at(r["iteration"]) == plan.high_mbit]),
+        }
+    out: dict[str, Any] = {"throughput": rows, "trace": plan.trace_spec()}
+    for ref in ("bo", "oracle", "ddp"):
+        if ref in rows:
+            out[f"vs_{ref}"] = {m: {k: (v[k] / rows[ref][k] if rows[ref][k] else None) for k in v} for m, v in rows.items()}
+    return out
+
+
+def write_outputs(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]], decisions: dict[str, list[dict[str, Any]]],
+                  summary: dict[str, Any], out: str) -> None:
+    with open(os.path.join(out, "iterations.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "iteration", "rate_mbit", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"])
+        for m, its in runs.items():
+            for r in its:
+                cfg = r.get("config") or [DDP_DEFAULT.partition_bytes, ""]
+                w.writerow([m, r["iteration"], plan.rate_at(r["iteration"]), f"{r['seconds']:.6f}", f"{r['samples_per_s']:.3f}", cfg[0], cfg[1]])
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    lines = [f"Trace `{summary['trace']}` (Mbit/s), 2 workers, {plan.iters} iterations, batch {plan.batch_size} per worker.", "",
+             "| method | samples/s (all) | low-rate phases | high-rate phases | vs BO | vs oracle | vs DDP |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for m, v in summary["throughput"].items():
+        def ratio(ref: str) -> str:
+            r = summary.get(f"vs_{ref}", {}).get(m, {}).get("all")
+            return "" if r is None else f"{r:.3f}x"
+        lines.append(f"| {m} | {v['all']:.1f} | {v['low']:.1f} | {v['high']:.1f} | {ratio('bo')} | {ratio('oracle')} | {ratio('ddp')} |")
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "samples_per_s_all", "samples_per_s_low", "samples_per_s_high"])
+        for m, v in summary["throughput"].items():
+            w.writerow([m, f"{v['all']:.3f}", f"{v['low']:.3f}", f"{v['high']:.3f}"])
+    try:
+        plot(plan, runs, decisions, os.path.join(out, "throughput.png"))
+    except ImportError:
+        pass
+
+
+def plot(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]], decisions: dict[str, list[dict[str, Any]]], path: str, avg: int = 5) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for start in range(0, plan.iters, plan.every):
+        if plan.rate_at(start) == plan.low_mbit:
+            ax.axvspan(start, min(plan.iters, start + plan.every), color="0.92", lw=0)
+    for m, its in runs.items():
+        xs, ys = [], []
+        for i in range(0, len(its), avg):
+            seg = its[i:i + avg]
+            xs.append(seg[0]["iteration"] + len(seg) / 2)
+            ys.append(plan.batch_size * 2 * len(seg) / sum(r["seconds"] for r in seg))
+        ax.plot(xs, ys, label=m, lw=1.6)
+    prev = None
+    for d in decisions.get("autobyte", []):
+        if d.get("reason") and d["config"] != prev:
+            ax.axvline(d["iteration"], color="tab:red", ls=":", lw=0.8)
+        prev = d["config"]
+    ax.set_xlabel(f"iteration (grey: {plan.low_mbit:g} Mbit/s, white: {plan.high_mbit:g} Mbit/s)")
+    ax.set_ylabel(f"samples/s ({avg}-iteration average)")
+    ax.set_title("Real training on the testbed (dotted: AutoByte reconfigurations)")
+    ax.legend(ncol=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
