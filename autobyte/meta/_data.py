@@ -24,7 +24,7 @@ import numpy as np
 
 from autobyte.core.space import Config, SearchSpace
 
-from ._features import featurize
+from ._features import F_LAYER, N_BINS, featurize
 
 #: Models held out of training (the prediction-quality targets are measured on them).
 HELDOUT_MODELS = ("resnet101", "densenet169", "vgg19")
@@ -56,9 +56,14 @@ class MetaDataset:
     def load(cls, path: str | Path) -> "MetaDataset":
         try:
             with np.load(path, allow_pickle=False) as z:
-                return cls(**{k: z[k] for k in cls.__dataclass_fields__})
+                d = {k: z[k] for k in cls.__dataclass_fields__}
         except (KeyError, ValueError, OSError) as exc:
             raise ValueError(f"data file {str(path)!r} is not an autobyte meta-network dataset ({exc}).") from None
+        if d["layers"].ndim != 3 or d["layers"].shape[2] != F_LAYER or d["layers"].shape[1] % N_BINS:
+            raise ValueError(f"data file {str(path)!r} has layers of shape {d['layers'].shape}, expected (C, {N_BINS}, {F_LAYER}).")
+        while d["layers"].shape[1] > N_BINS:  # data pooled finer than this version: merge neighbouring bins
+            d["layers"] = _halve_bins(d["layers"])
+        return cls(**d)
 
     @classmethod
     def concat(cls, parts: Sequence["MetaDataset"]) -> "MetaDataset":
@@ -106,6 +111,16 @@ class MetaDataset:
             "heldout_model": self.subset(ho_model & ~ho_cond),
             "heldout_condition": self.subset(~ho_model & ho_cond),
         }
+
+
+def _halve_bins(x: np.ndarray) -> np.ndarray:
+    a, b = x[:, 0::2], x[:, 1::2]
+    out = np.empty_like(a)
+    for k in (0, 1, 2, 4):  # log1p of sums
+        out[..., k] = np.log1p(np.expm1(a[..., k]) + np.expm1(b[..., k]))
+    out[..., 3] = np.maximum(a[..., 3], b[..., 3])
+    out[..., 5] = np.maximum(a[..., 5], b[..., 5])
+    return out
 
 
 def generate(

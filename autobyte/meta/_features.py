@@ -53,10 +53,11 @@ def _bins(l: int, k: int = N_BINS) -> np.ndarray:
     return (np.arange(l) * k) // l
 
 
-def layer_features(layer_bytes: np.ndarray, layer_time_s: np.ndarray) -> np.ndarray:
-    """``(N_BINS, F_LAYER)`` from ``(l,)`` bytes and ``(l, n)`` backward times."""
+def layer_features(layer_bytes: np.ndarray, layer_time_s: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
+    """``(n_bins, F_LAYER)`` from ``(l,)`` bytes and ``(l, n)`` backward times."""
+    N_BINS = n_bins  # noqa: N806
     l = layer_bytes.shape[0]
-    b = _bins(l)
+    b = _bins(l, n_bins)
     t_mean = layer_time_s.mean(axis=1)
     t_max = layer_time_s.max(axis=1)
     out = np.zeros((N_BINS, F_LAYER))

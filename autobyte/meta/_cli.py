@@ -1,0 +1,75 @@
+"""``autobyte meta-data``, ``autobyte train-meta`` and ``autobyte evaluate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("meta-data", help="draw meta-network training data from the simulator (.npz)")
+    p.add_argument("--out", required=True, help="output .npz file")
+    p.add_argument("--contexts", type=int, default=1500, help="windows drawn (each with --candidates rows)")
+    p.add_argument("--candidates", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_meta_data)
+
+    p = sub.add_parser("train-meta", help="train the meta-network offline, held out by model and by network condition")
+    p.add_argument("--data", required=True, help="a .npz file or a directory of them (from `autobyte meta-data`)")
+    p.add_argument("--out", required=True, help="output weights, NAME.weights.h5 (a NAME.weights.h5.json sidecar is written beside)")
+    p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report", default=None, help="write held-out metrics as JSON here")
+    p.set_defaults(func=_train_meta)
+
+    p = sub.add_parser("evaluate", help="the paper's experiments on the simulator (tables and plots into docs/)")
+    p.add_argument("--out", default="docs", help="folder for evaluation.json and figures/eval_*.png")
+    p.add_argument("--weights", default=None, help="meta-network weights (default: the shipped ones)")
+    p.add_argument("--only", default=None, help="comma-separated subset of fig5,fig6,fig7,fig89,steady,shift")
+    p.set_defaults(func=_evaluate)
+
+
+def _load_data(path: str) -> Any:
+    from ._data import MetaDataset
+
+    p = Path(path)
+    files = sorted(p.glob("*.npz")) if p.is_dir() else [p]
+    if not files:
+        raise SystemExit(f"--data must be a .npz file or a directory holding some, but {path!r} has none.")
+    return MetaDataset.concat([MetaDataset.load(f) for f in files])
+
+
+def _meta_data(args: argparse.Namespace) -> int:
+    from ._data import generate
+
+    generate(args.contexts, n_candidates=args.candidates, seed=args.seed, progress=True).save(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _train_meta(args: argparse.Namespace) -> int:
+    from ._train import evaluate, evaluate_adaptation, train
+
+    ds = _load_data(args.data)
+    parts = ds.split()
+    print({k: (len(v.observed), len(v.speed)) for k, v in parts.items()}, flush=True)
+    net = train(parts["train"], epochs=args.epochs, seed=args.seed, validation=parts["heldout_model"], verbose=2)
+    report: dict[str, Any] = {"train": evaluate(net, parts["train"])}
+    for k in ("heldout_model", "heldout_condition"):
+        report[k] = evaluate(net, parts[k])
+        report[k + "_adaptation"] = evaluate_adaptation(net, parts[k], n_contexts=40)
+    net.save(args.out, heldout=report)
+    print(json.dumps(report, indent=1))
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from ._evaluate import run_all
+
+    only = None if args.only is None else set(args.only.split(","))
+    run_all(Path(args.out), weights=args.weights, only=only)
+    return 0
