@@ -218,6 +218,8 @@ class ScheduledTraining:
             self._orig_zero_grad = self.optimizer.zero_grad
             self.optimizer.step = self._step  # type: ignore[method-assign]
             self.optimizer.zero_grad = self._zero_grad  # type: ignore[method-assign]
+            # model.zero_grad() (user loops, Lightning before validation) would drop gradients in flight.
+            self.model.zero_grad = self._zero_grad  # type: ignore[method-assign]
         self._hooks.append(self.model.register_state_dict_pre_hook(lambda *a, **k: self.synchronize()))
         if self.optimizer is not None:
             self._orig_opt_state_dict = self.optimizer.state_dict
@@ -477,8 +479,10 @@ class ScheduledTraining:
             self._closed = True
             for h in self._hooks:
                 h.remove()
-            for name in ("step", "zero_grad", "state_dict"):
-                self.optimizer.__dict__.pop(name, None)
+            if self.optimizer is not None:
+                for name in ("step", "zero_grad", "state_dict"):
+                    self.optimizer.__dict__.pop(name, None)
+            self.model.__dict__.pop("zero_grad", None)
             if self.active:
                 self._ready_q.put(("stop",))
                 self._issuer.join(timeout=5)
@@ -496,7 +500,12 @@ class ScheduledTraining:
         if self.controller is not None and "controller" in state:
             self.controller.load_state_dict(state["controller"])
         if cfg != self.config:
-            self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=self.iteration + 1, reason="restored")
+            if self.iteration < 0:
+                # Nothing ran yet: start from the restored plan (every rank loads the same state).
+                self.scheduler = Scheduler(self.tensors, cfg)
+                self._order = list(range(len(self.scheduler.messages)))
+            else:
+                self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=self.iteration + 1, reason="restored")
 
     # --------------------------------------------------------------- failures
     def _collective(self, fn: Callable[[], Any]) -> Any:
