@@ -1,0 +1,407 @@
+"""Lightning integration: one callback puts DDP's gradient traffic under AutoByte.
+
+Usage (the only line that changes in a Lightning script is ``callbacks=``)::
+
+    import lightning.pytorch as pl
+    from autobyte.integrations.lightning import AutoByteCallback
+
+    trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=2, callbacks=[AutoByteCallback()])
+    trainer.fit(model, datamodule)
+
+The callback keeps Lightning's DDP strategy (launch, process group, samplers,
+logging, checkpoints) and only replaces the ``DistributedDataParallel``
+wrapper by the scheduled engine of :mod:`autobyte.integrations.torch`: it
+tells the strategy not to wrap the module, then schedules the module and its
+optimizer when fitting starts. ``pytorch_lightning`` 2.x works the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+import warnings
+from types import ModuleType
+from typing import Any
+
+from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
+from ..core.tuning import Decision, Tuner
+from ._imports import check_version
+
+__all__ = ["AutoByteCallback"]
+
+#: Strategy class names (looked up in the strategy's MRO, so subclasses count)
+#: whose DDP wrap the callback replaces, and those that mean "one process".
+_DDP_STRATEGIES = ("DDPStrategy",)
+_SINGLE_STRATEGIES = ("SingleDeviceStrategy",)
+
+_INSTALL_HINT = 'pip install "autobyte[lightning]"'
+
+
+def _import_lightning() -> ModuleType:
+    """``lightning.pytorch``, or ``pytorch_lightning`` when only that one is there (or already in use).
+
+    Raises:
+        ImportError: neither is installed (with the install command), or the
+            version is outside the supported range.
+    """
+    names = ["lightning.pytorch", "pytorch_lightning"]
+    if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
+        names.reverse()  # the user's script already chose the standalone package
+    for name in names:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        check_version("lightning", str(getattr(mod, "__version__", "0.0")))
+        return mod
+    raise ImportError(
+        "autobyte.integrations.lightning needs PyTorch Lightning 2.x (package lightning or pytorch_lightning), "
+        f"which is not installed; install it with: {_INSTALL_HINT}"
+    )
+
+
+pl = _import_lightning()
+from . import torch as _engine  # noqa: E402  (imports torch with its own install hint)
+
+_torch = _engine.torch
+
+
+def _callback_bases() -> tuple[type, ...]:
+    # Both packages may be installed side by side; a Trainer of either accepts the callback.
+    bases: list[type] = [pl.Callback]
+    for other in ("lightning.pytorch", "pytorch_lightning"):
+        mod = sys.modules.get(other)
+        if mod is not None and mod is not pl and getattr(mod, "Callback", None) not in (None, pl.Callback):
+            bases.append(mod.Callback)
+    return tuple(bases)
+
+
+def _mro_names(obj: Any) -> set[str]:
+    return {c.__name__ for c in type(obj).__mro__}
+
+
+def _rank_zero_info(trainer: Any, msg: str) -> None:
+    if trainer.is_global_zero:
+        pl.utilities.rank_zero_info(msg)
+
+
+def _batch_size(batch: Any) -> int:
+    extract = importlib.import_module(pl.__name__ + ".utilities.data").extract_batch_size
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return max(1, int(extract(batch)))
+    except Exception:  # noqa: BLE001 - an unknown batch type only affects the samples/s statistic
+        return 1
+
+
+class AutoByteCallback(*_callback_bases()):  # type: ignore[misc]
+    """Schedule and auto-tune DDP's gradient communication; add it to ``Trainer(callbacks=[...])``.
+
+    With ``strategy="ddp"`` (or ``"ddp_spawn"``, ``"ddp_fork"``,
+    ``"ddp_notebook"``, ``DDPStrategy(...)``) the callback stops the strategy
+    from wrapping the module in ``DistributedDataParallel`` and averages the
+    gradients itself: partitioned, prioritised (layers nearest the input
+    first) and under a credit window of bytes in flight, with
+    ``<partition_bytes, credit_bytes>`` chosen by ``tuner`` between
+    iterations. Results are those of plain DDP; only the timing changes. On a
+    single device it trains unchanged and only collects statistics.
+
+    Every tuning window it logs ``autobyte/observed_speed`` (samples/s, all
+    ranks), ``autobyte/predicted_speed`` (when the tuner predicts one),
+    ``autobyte/partition_bytes``, ``autobyte/credit_bytes`` and
+    ``autobyte/reconfigured`` to the Trainer's loggers; each reconfiguration
+    and its reason is printed on rank 0, written to
+    ``<trainer.log_dir>/autobyte_decisions.jsonl`` and, with a TensorBoard
+    logger, added as text. Its state (configuration, tuner, decision history)
+    is saved in Lightning checkpoints and restored on resume.
+
+    Args:
+        tuner: ``"autobyte"`` (the meta-network, default), ``"static"``,
+            ``"grid"``, ``"bo"``, a :class:`~autobyte.core.tuning.Tuner`, or
+            ``None`` for a fixed configuration.
+        partition_bytes: first message size (default: ByteScheduler's, 4 MB).
+        credit_bytes: first credit, most bytes in flight (default 16 MB).
+        window_iters: training steps per tuning window (default 10).
+        warmup_iters: steps ignored at start and after each change (default 2).
+        overlap: True (default): update each parameter as soon as its gradient
+            is averaged, overlapping communication with the next forward pass.
+            False: average every gradient by the end of ``backward()`` like
+            DDP, then Lightning's optimizer step runs as usual; needed for
+            gradient clipping, gradient accumulation, manual optimization and
+            16-bit mixed precision with a grad scaler.
+        space: candidate configurations for the tuner (default
+            :meth:`SearchSpace.default`).
+        verbose: print each decision on rank 0 (default True).
+        timeout_s: longest wait for a peer rank before failing (default 300).
+
+    Raises:
+        TypeError, ValueError: an invalid argument (at construction).
+        lightning.fabric.utilities.exceptions.MisconfigurationException: a
+            Trainer set-up the callback cannot schedule (another strategy, or
+            an option that needs ``overlap=False``); the message says what to change.
+
+    Example:
+        >>> trainer = pl.Trainer(strategy="ddp", devices=2, callbacks=[AutoByteCallback()])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        tuner: str | Tuner | None = "autobyte",
+        *,
+        partition_bytes: int = BYTESCHEDULER_DEFAULT.partition_bytes,
+        credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,
+        window_iters: int = 10,
+        warmup_iters: int = 2,
+        overlap: bool = True,
+        space: SearchSpace | None = None,
+        verbose: bool = True,
+        timeout_s: float = 300.0,
+    ) -> None:
+        from ..core.tuners import tuner_names
+
+        if isinstance(tuner, str):
+            if tuner not in tuner_names():
+                raise ValueError(f"tuner must be one of {tuner_names()}, a Tuner or None, but got tuner={tuner!r}.")
+        elif tuner is not None and not isinstance(tuner, Tuner):
+            raise TypeError(f"tuner must be a tuner name, an autobyte Tuner or None, but got tuner={tuner!r}.")
+        self.initial = Config(partition_bytes, credit_bytes)
+        if isinstance(window_iters, bool) or not isinstance(window_iters, int) or window_iters < 1:
+            raise ValueError(f"window_iters must be a positive integer, but got window_iters={window_iters!r}.")
+        if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
+            raise ValueError(f"warmup_iters must be a non-negative integer, but got warmup_iters={warmup_iters!r}.")
+        if not isinstance(overlap, bool):
+            raise TypeError(f"overlap must be True or False, but got overlap={overlap!r}.")
+        if space is not None and not isinstance(space, SearchSpace):
+            raise TypeError(f"space must be an autobyte SearchSpace or None, but got space={space!r}.")
+        if not isinstance(verbose, bool):
+            raise TypeError(f"verbose must be True or False, but got verbose={verbose!r}.")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, but got timeout_s={timeout_s!r}.")
+        self._tuner_arg = tuner
+        self.tuner: Tuner | None = tuner if isinstance(tuner, Tuner) else None
+        self.window_iters = window_iters
+        self.warmup_iters = warmup_iters
+        self.overlap = overlap
+        self.space = space
+        self.verbose = verbose
+        self.timeout_s = float(timeout_s)
+        #: The engine's handle of the current (or last) fit: ``config``, ``window_stats()``,
+        #: ``bytes_per_iteration``, ``controller.history``; ``synchronize()`` while fitting.
+        self.handle: _engine.ScheduledTraining | None = None
+        self._active = False
+        #: One record per tuning window on rank 0: step, configuration, speeds, reason.
+        self.decisions: list[dict[str, Any]] = []
+        self._restored: dict[str, Any] | None = None
+        self._patched_strategy: Any = None
+        self._log_dir: str | None = None
+        self._trainer: Any = None
+
+    @property
+    def state_key(self) -> str:
+        name = self._tuner_arg if isinstance(self._tuner_arg, str) or self._tuner_arg is None else type(self._tuner_arg).__name__
+        return self._generate_state_key(tuner=name)
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force (the initial one before fitting)."""
+        if self.handle is not None:
+            return self.handle.config
+        return self.initial
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            return
+        strategy = trainer.strategy
+        names = _mro_names(strategy)
+        exc = _misconfiguration()
+        if any(n in names for n in _DDP_STRATEGIES):
+            if getattr(strategy, "_ddp_comm_hook", None) is not None:
+                warnings.warn("autobyte: the DDP strategy's ddp_comm_hook is ignored; AutoByteCallback averages the gradients itself.", stacklevel=2)
+            # Lightning wraps the module in configure_ddp(); skipping it (on this
+            # strategy instance only) leaves gradient averaging to the scheduler.
+            strategy.configure_ddp = _no_ddp_wrap
+            self._patched_strategy = strategy
+        elif not any(n in names for n in _SINGLE_STRATEGIES):
+            raise exc(
+                f"AutoByteCallback schedules DDP's gradient all-reduce, but the Trainer uses {type(strategy).__name__}; "
+                "use Trainer(strategy=\"ddp\") (or \"ddp_spawn\", \"ddp_fork\", \"ddp_notebook\", DDPStrategy(...)) "
+                "or a single device, or remove AutoByteCallback."
+            )
+        if self.overlap:
+            needs = []
+            if trainer.gradient_clip_val:
+                needs.append(f"gradient_clip_val={trainer.gradient_clip_val}")
+            if trainer.accumulate_grad_batches != 1:
+                needs.append(f"accumulate_grad_batches={trainer.accumulate_grad_batches}")
+            if not pl_module.automatic_optimization:
+                needs.append("manual optimization (automatic_optimization=False)")
+            if getattr(trainer.precision_plugin, "scaler", None) is not None:
+                needs.append(f"precision={trainer.precision_plugin.precision!r} with a grad scaler")
+            if needs:
+                raise exc(
+                    f"AutoByteCallback(overlap=True) updates each parameter as soon as its gradient is averaged, "
+                    f"which cannot work with {', '.join(needs)}; pass AutoByteCallback(overlap=False) "
+                    "(gradients are then averaged at the end of backward and Lightning's step runs as usual)."
+                )
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if isinstance(trainer.strategy.model, _torch.nn.parallel.DistributedDataParallel):
+            raise _misconfiguration()(
+                "the module was wrapped in DistributedDataParallel before AutoByteCallback could take over; "
+                "pass AutoByteCallback in Trainer(callbacks=[...]) rather than adding it after fitting started."
+            )
+        optimizer = None
+        if self.overlap:
+            if len(trainer.optimizers) != 1:
+                raise _misconfiguration()(
+                    f"AutoByteCallback(overlap=True) needs exactly one optimizer, but configure_optimizers returned "
+                    f"{len(trainer.optimizers)}; pass AutoByteCallback(overlap=False)."
+                )
+            optimizer = trainer.optimizers[0]
+        if self.tuner is None and isinstance(self._tuner_arg, str):
+            from ..core.tuners import make_tuner
+
+            self.tuner = make_tuner(self._tuner_arg)
+        self._trainer = trainer
+        self._log_dir = trainer.log_dir  # a collective in Lightning: every rank asks here, once
+        self.handle = _engine.schedule(
+            pl_module, optimizer,
+            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes,
+            overlap=self.overlap, timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
+            window_iters=self.window_iters, warmup_iters=self.warmup_iters,
+            on_decision=self._on_decision, iteration_hooks=False,
+        )
+        self._active = True
+        if self._restored is not None:
+            self.handle.load_state_dict(self._restored.get("engine", {}))
+            self.decisions = [dict(d) for d in self._restored.get("decisions", [])]
+            self._restored = None
+        h = self.handle
+        if h.world_size == 1:
+            _rank_zero_info(trainer, f"AutoByte: world size 1, nothing to synchronise; collecting statistics only ({h.config}).")
+        else:
+            tuner = type(self.tuner).__name__ if self.tuner is not None else "none"
+            _rank_zero_info(
+                trainer,
+                f"AutoByte: scheduling {h.bytes_per_iteration} gradient bytes per step over {h.world_size} ranks, "
+                f"starting at {h.config}, tuner {tuner}.",
+            )
+
+    # --------------------------------------------------------------- per step
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self._active:
+            self.handle.begin_iteration(_batch_size(batch))
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        if self._active:
+            self.handle.forward_done()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._active:
+            cfg = self.handle.config
+            pl_module.log("autobyte/partition_bytes", float(cfg.partition_bytes), on_step=True, on_epoch=False, batch_size=1)
+            pl_module.log("autobyte/credit_bytes", float(cfg.credit_bytes), on_step=True, on_epoch=False, batch_size=1)
+
+    def _on_decision(self, iteration: int, decision: Decision | None, config: Config) -> None:
+        trainer = self._trainer
+        if trainer is None or not trainer.is_global_zero or not self._active:
+            return
+        ctl = self.handle.controller
+        last = ctl.history[-1] if ctl is not None and ctl.history and ctl.history[-1]["iteration"] == iteration else {}
+        record: dict[str, Any] = {
+            "step": int(trainer.global_step), "iteration": iteration,
+            "partition_bytes": config.partition_bytes, "credit_bytes": config.credit_bytes,
+            "observed_speed": last.get("speed"), "reconfigured": decision is not None,
+        }
+        if decision is not None:
+            record.update(
+                previous=last.get("config"), predicted_speed=decision.predicted_speed, reason=decision.reason,
+            )
+        self.decisions.append(record)
+        metrics = {"autobyte/partition_bytes": float(config.partition_bytes), "autobyte/credit_bytes": float(config.credit_bytes),
+                   "autobyte/reconfigured": float(decision is not None)}
+        if record["observed_speed"] is not None:
+            metrics["autobyte/observed_speed"] = float(record["observed_speed"])
+        if decision is not None and decision.predicted_speed is not None:
+            metrics["autobyte/predicted_speed"] = float(decision.predicted_speed)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+        if decision is None:
+            return
+        prev = Config(**last["config"]) if last.get("config") else None
+        text = f"step {trainer.global_step}: {prev} -> {config}: {decision.reason}"
+        if decision.predicted_speed is not None:
+            text += f" (predicted {decision.predicted_speed:.1f} samples/s, observed {record['observed_speed']:.1f})"
+        for logger in trainer.loggers:
+            experiment = getattr(logger, "experiment", None)
+            if "TensorBoardLogger" in _mro_names(logger) and hasattr(experiment, "add_text"):
+                experiment.add_text("autobyte/reconfiguration", text, trainer.global_step)
+        if self._log_dir:
+            os.makedirs(self._log_dir, exist_ok=True)
+            with open(os.path.join(self._log_dir, "autobyte_decisions.jsonl"), "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.verbose:
+            _rank_zero_info(trainer, f"AutoByte reconfigured at {text}")
+
+    # ------------------------------------------------------------ end of fit
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        # Before the strategy's teardown moves optimizers: every pending update lands here.
+        self._close()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        try:
+            self._close()
+        except Exception as exc:  # noqa: BLE001 - the original exception is the one to report
+            warnings.warn(f"autobyte: cleaning up after {type(exception).__name__} failed: {exc}", stacklevel=2)
+        self._unpatch()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit":
+            self._close()
+            self._unpatch()
+
+    def _close(self) -> None:
+        if not self._active:
+            return
+        try:
+            self.handle.close()
+        finally:
+            self._active = False
+            self._trainer = None
+
+    def _unpatch(self) -> None:
+        if self._patched_strategy is not None:
+            self._patched_strategy.__dict__.pop("configure_ddp", None)
+            self._patched_strategy = None
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-typed state saved in Lightning checkpoints (configuration, tuner, decisions)."""
+        if self._restored is not None:
+            return self._restored
+        if self.handle is not None:
+            return {"version": 1, "engine": self.handle.state_dict(), "decisions": [dict(d) for d in self.decisions]}
+        return {"version": 1, "engine": {"config": self.initial.to_dict()}, "decisions": []}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore from a checkpoint; applied when fitting starts (tolerant of missing keys)."""
+        state = {"version": state_dict.get("version", 1), "engine": dict(state_dict.get("engine", {})),
+                 "decisions": list(state_dict.get("decisions", []))}
+        if self._active:
+            self.handle.load_state_dict(state["engine"])
+            self.decisions = [dict(d) for d in state["decisions"]]
+        else:
+            self._restored = state
+
+
+def _no_ddp_wrap() -> None:
+    """Stands in for ``DDPStrategy.configure_ddp``: the module stays unwrapped."""
+
+
+def _misconfiguration() -> type[Exception]:
+    return pl.utilities.exceptions.MisconfigurationException  # type: ignore[no-any-return]
