@@ -53,8 +53,9 @@ def _make_tuner(tuner: str | Tuner, tuner_kwargs: dict[str, Any]) -> Tuner:
         raise ValueError(f"tuner must be one of {names} or a Tuner instance, but got tuner={tuner!r}.")
     try:
         return make_tuner(tuner, **tuner_kwargs)
-    except ImportError as exc:
-        raise ImportError(f"tuner={tuner!r} could not be built because an import failed ({exc}); install what it needs or pass tuner='static'.") from exc
+    except (ImportError, AttributeError, OSError) as exc:
+        # e.g. the meta-network's package or weights are missing: say which tuner, and the way out.
+        raise type(exc)(f"tuner={tuner!r} could not be built ({exc}); install what it needs or pass tuner='static'.") from exc
 
 
 ENGINES = ("horovod", "kvstore")

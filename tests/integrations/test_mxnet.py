@@ -113,6 +113,12 @@ def test_handler_accepts_good_arguments() -> None:
     assert h.initial == Config(4096, 8192) and h.window_iters == 3 and h.search_space is space
 
 
+def test_handler_builds_a_registered_tuner_by_name() -> None:
+    pytest.importorskip("autobyte.core.tuners")
+    h = AutoByteHandler("grid", 4096, 4096, search_space=SearchSpace.grid([1024, 4096], [1, 2]))
+    assert h.tuner.name == "grid"
+
+
 def test_handler_rejects_unsupported_version(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mx, "__version__", "2.0.0")
     with pytest.raises(RuntimeError, match=r"supports mxnet 1\.9\.x, but mxnet==2\.0\.0 is installed"):
