@@ -39,16 +39,20 @@ def worker(out_dir: str) -> None:
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.02, "momentum": 0.9}, kvstore=kv)
     est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), train_metrics=mx.metric.Accuracy(), trainer=trainer)
 
-    # Small candidates for a small model: 4-32 KiB partitions, credit 1X-4X.
+    # Small candidates for a small model: 4-32 KiB partitions, credit 1X-4X. The grid
+    # tuner measures each for one window (5 batches after 2 of warm-up), then keeps the
+    # fastest; tuner="autobyte" would predict the best one with the meta-network instead.
     space = SearchSpace.grid([4 * KiB, 8 * KiB, 16 * KiB, 32 * KiB], [1, 2, 4])
-    handler = AutoByteHandler(tuner="static", partition_bytes=16 * KiB, credit_bytes=32 * KiB, window_iters=10, search_space=space)
+    handler = AutoByteHandler(tuner="grid", partition_bytes=16 * KiB, credit_bytes=32 * KiB, window_iters=5,
+                              search_space=space, tuner_kwargs={"space": space})
     est.fit(data, epochs=2, event_handlers=[handler])
 
     params = {name: p.data().asnumpy() for name, p in net.collect_params().items()}
     np.savez(os.path.join(out_dir, f"rank{kv.rank}.npz"), **params)
     if kv.rank == 0:
         stats = handler.engine.last_messages
-        print(f"rank 0: last batch sent {len(stats)} messages, {sum(m[1] for m in stats)} bytes, config {handler.engine.config}")
+        print(f"rank 0: last batch sent {len(stats)} messages, {sum(m[1] for m in stats)} bytes, config {handler.engine.config}, "
+              f"{len(handler.reconfigurations)} reconfigurations")
 
 
 def main() -> int:

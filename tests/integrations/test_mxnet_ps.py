@@ -113,3 +113,4 @@ def test_example_gluon_ps_runs_as_written() -> None:
                           capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "workers agree" in proc.stdout
+    assert proc.stdout.count("autobyte: reconfigure at batch") >= 12  # the grid tuner visited its 12 candidates
