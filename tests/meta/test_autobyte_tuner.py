@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import json
+import math
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+from autobyte import sim
+from autobyte.core.metrics import WindowStats
+from autobyte.core.space import Config, MiB, SearchSpace
+from autobyte.core.tuning import Controller, Observation
+from autobyte.meta import Adapter, AutoByteTuner
+
+SPACE = SearchSpace.grid([MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
+
+
+def obs(config: Config, w: int = 0, gbps: float = 5.0, per_message_s: float | None = None) -> Observation:
+    cl = sim.Cluster.from_gbps(4, gbps, "ps")
+    if per_message_s is not None:
+        cl = cl.replace(per_message_s=per_message_s)
+    res = sim.simulate(sim.get_model("resnet50"), cl, config, n_iters=2, seed=w)
+    f = res.features()
+    return Observation(w, config, float(f.speed.sum()), f)
+
+
+def test_one_candidate_space_warns_and_never_moves(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    only = SearchSpace([Config(4 * MiB, 8 * MiB)])
+    with pytest.warns(UserWarning, match=r"search space has one candidate"):
+        cur = t.start(only, only[0])
+    for w in range(3):
+        assert t.observe(obs(cur, w)) is None
+
+
+@pytest.mark.parametrize("speed", [math.nan, math.inf, 0.0, -5.0])
+def test_unusable_speed_keeps_config_and_warns(fresh_net, speed):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur = t.start(SPACE, SPACE[0])
+    o = obs(cur)
+    with pytest.warns(UserWarning, match=r"keeping"):
+        assert t.observe(Observation(o.iteration, cur, speed, o.features)) is None
+
+
+def test_zero_sample_and_missing_statistics_windows_fall_back_via_controller(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    ctl = Controller(t, SPACE, SPACE[4], "ps", layer_bytes=[4e6, 4e6])
+    empty = WindowStats(0, 0.0, 0.0, 0.0, (0.0, 0.0), 0, 0, 0.0, 0.0)
+    with pytest.warns(UserWarning, match=r"unusable statistics"):
+        assert ctl.decide(10, [empty, empty]) is None
+    missing = WindowStats(10, 0.1, 100.0, 0.01, (), 1, 1, 0.1, 1e9)  # no per-layer times
+    with pytest.warns(UserWarning, match=r"unusable statistics"):
+        assert ctl.decide(20, [missing, missing]) is None
+    nan = WindowStats(10, 0.1, 100.0, 0.01, (math.nan, 0.01), 1, 1, 0.1, 1e9)
+    with pytest.warns(UserWarning, match=r"unusable statistics"):
+        assert ctl.decide(30, [nan, nan]) is None
+    assert ctl.current == SPACE[4]
+
+
+def test_corrupted_weights_file_is_a_clear_error(tmp_path):
+    p = tmp_path / "x.weights.h5"
+    p.write_bytes(b"\x89HDF\r\n" + b"0" * 100)
+    (tmp_path / "x.weights.h5.json").write_text(json.dumps({"format": "autobyte-meta-network", "feature_version": 1,
+                                                            "shape": {"layer_embed": 8, "lstm_units": 8, "job_units": 8, "head_units": [16, 16]}}))
+    with pytest.raises(ValueError, match=r"corrupted or not an autobyte meta-network"):
+        AutoByteTuner(weights=str(p))
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"min_gain": -1}, r"min_gain must be a finite number"),
+    ({"max_error": math.nan}, r"max_error must be a finite number"),
+    ({"replay_size": 0}, r"replay_size must be a positive integer, but got replay_size=0"),
+    ({"adapt_time_s": 0}, r"time_budget_s must be a positive finite number, but got time_budget_s=0"),
+])
+def test_rejects_bad_arguments(fresh_net, kw, match):
+    with pytest.raises(ValueError, match=match):
+        AutoByteTuner(fresh_net, **kw)
+
+
+def test_disabled_never_reconfigures(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, enabled=False)
+    cur = t.start(SPACE, SPACE[0])
+    assert all(t.observe(obs(cur, w)) is None for w in range(4))
+    assert t.n_decisions == 4
+
+
+def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
+    # a cluster far from the training data: per-message cost x20
+    t = AutoByteTuner(fresh_net, background=False, adapt_time_s=0.5)
+    cur = t.start(SPACE, SPACE[0])
+    for w, c in enumerate(list(SPACE) * 2):  # visit configs: every window labels the earlier ones
+        t.observe(obs(c, w, per_message_s=2e-3))
+    assert t.adapter.n_runs >= 1
+    first, last = t.adapter.last_loss
+    assert last < first
+
+
+def test_adaptation_runs_in_background_and_does_not_block(fresh_net):
+    net = fresh_net
+    ad = Adapter(net, time_budget_s=5.0, max_epochs=10**6)
+    rng = np.random.default_rng(0)
+    e = rng.random((32, net.shape.lstm_units + net.shape.job_units))
+    c = rng.random((32, 12))
+    y = rng.random(32)
+    before = net._np_head
+    assert ad.start(e, c, y, background=True)
+    assert ad.running
+    assert not ad.start(e, c, y, background=True)  # one at a time
+    # scoring still works while adapting (reads the old head)
+    assert np.all(np.isfinite(net.head_predict(e[:1], c)))
+    ad.join()
+    assert not ad.running and ad.n_runs == 1
+    assert net._np_head is not before
+    assert ad.last_duration_s < 7.0  # bounded by its budget (with slack for a loaded machine)
+
+
+def test_adaptation_never_raises_into_training(fresh_net):
+    ad = Adapter(fresh_net, time_budget_s=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ad.start(np.zeros((2, 3)), np.zeros((2, 12)), np.zeros(2), background=False)  # wrong width
+    assert ad.n_runs == 1  # failed, logged, predictor unchanged
+
+
+def test_rollback_after_a_measured_slowdown(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur = t.start(SPACE, SPACE[4])
+    fast = obs(cur, 0)
+    t.observe(fast)
+    # pretend it moved to SPACE[0] and it was much slower there
+    t._prev = (SPACE[4], fast.speed)
+    slow = obs(SPACE[0], 1)
+    slow = Observation(1, SPACE[0], fast.speed * 0.5, slow.features)
+    d = t.observe(slow)
+    assert d is not None and d.config == SPACE[4] and d.reason.startswith("rollback")
