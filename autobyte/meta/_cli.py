@@ -59,7 +59,7 @@ def _train_meta(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"train": evaluate(net, parts["train"])}
     for k in ("heldout_model", "heldout_condition"):
         report[k] = evaluate(net, parts[k])
-        report[k + "_adaptation"] = evaluate_adaptation(net, parts[k], n_contexts=40)
+        report[k + "_adaptation"] = evaluate_adaptation(net, parts[k], n_contexts=30)
     net.save(args.out, heldout=report)
     print(json.dumps(report, indent=1))
     if args.report:

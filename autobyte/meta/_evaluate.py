@@ -1,0 +1,265 @@
+"""``autobyte evaluate``: the paper's experiments (Fig. 5-9) on the simulator.
+
+Every run goes window by window (10 iterations): the simulator runs the
+window under the configuration in force and the conditions of that window,
+the tuner observes the window's statistics and may pick the configuration of
+the next window. The per-phase oracle is the best configuration of the search
+space in each phase (a grid search on the simulator).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from autobyte.core.space import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config, MiB, SearchSpace
+from autobyte.core.tuners import BOTuner
+from autobyte.core.tuning import Observation, Tuner
+
+WINDOW = 10
+#: Search space scored by AutoByte and searched by the oracle in the evaluation.
+EVAL_SPACE = SearchSpace.grid([MiB // 2, MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB], [1, 2, 3, 4, 6, 8])
+
+
+@dataclass
+class Run:
+    name: str
+    speeds: list[float] = field(default_factory=list)
+    configs: list[Config] = field(default_factory=list)
+    sim_s: float = 0.0
+    tuner_cpu_s: float = 0.0
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.speeds))
+
+
+def _sim(model: Any, cluster: Any, cfg: Config, seed: int) -> Any:
+    from autobyte import sim
+
+    return sim.simulate(model, cluster, cfg, n_iters=WINDOW, seed=seed)
+
+
+def run_tuner(name: str, tuner: Tuner | None, start: Config, model: Any, phase: Callable[[int], Any], n_windows: int, space: SearchSpace = EVAL_SPACE) -> Run:
+    """``phase(w)`` gives the Cluster of window ``w``."""
+    run = Run(name)
+    cur = tuner.start(space, start) if tuner is not None else start
+    for w in range(n_windows):
+        res = _sim(model, phase(w), cur, seed=1000 + w)
+        f = res.features()
+        speed = float(f.speed.sum())
+        run.speeds.append(speed)
+        run.configs.append(cur)
+        run.sim_s += float(np.sum(res.iter_time_s))
+        if tuner is not None:
+            t0 = time.process_time()
+            d = tuner.observe(Observation((w + 1) * WINDOW, cur, speed, f))
+            run.tuner_cpu_s += time.process_time() - t0
+            if d is not None:
+                cur = d.config
+    return run
+
+
+def oracle(model: Any, cluster: Any, space: SearchSpace = EVAL_SPACE) -> tuple[Config, float]:
+    speeds = [_sim(model, cluster, c, seed=7).samples_per_s for c in space]
+    i = int(np.argmax(speeds))
+    return space[i], float(speeds[i])
+
+
+def bo_config(model: Any, cluster: Any, arch: str, seed: int = 0) -> Config:
+    """ByteScheduler's BO run before training, in the initial conditions; its final pick."""
+    t = BOTuner(arch, seed=seed)
+    run = run_tuner("bo", t, BYTESCHEDULER_DEFAULT, model, lambda w: cluster, 17)
+    return t.best if t.best is not None else run.configs[-1]
+
+
+def _autobyte(net: Any) -> Tuner:
+    from ._tuner import AutoByteTuner
+
+    return AutoByteTuner(net, background=False)
+
+
+def _fresh(net: Any) -> Any:
+    # every run starts from the offline weights
+    net.sync()
+    return net
+
+
+def dynamic(net: Any, model_name: str, phases: list[Any], phase_len: int, arch: str, n_windows: int) -> dict[str, Any]:
+    from autobyte import sim
+
+    model = sim.get_model(model_name)
+    phase = lambda w: phases[min(len(phases) - 1, (w * WINDOW) // phase_len)]  # noqa: E731
+    orc = [oracle(model, c) for c in phases]
+    bo = bo_config(model, phases[0], arch)
+    runs = {
+        "autobyte": run_tuner("autobyte", _autobyte(_fresh(net)), BYTESCHEDULER_DEFAULT, model, phase, n_windows),
+        "static_bo": run_tuner("static_bo", None, bo, model, phase, n_windows),
+        "static_default": run_tuner("static_default", None, BYTESCHEDULER_DEFAULT, model, phase, n_windows),
+        "baseline": run_tuner("baseline", None, DDP_DEFAULT, model, phase, n_windows),
+        "oracle": run_tuner("oracle", None, orc[0][0], model, phase, n_windows),
+    }
+    # the oracle switches to each phase's best at the phase start
+    o = Run("oracle")
+    for w in range(n_windows):
+        p = min(len(phases) - 1, (w * WINDOW) // phase_len)
+        o.speeds.append(_sim(model, phases[p], orc[p][0], seed=1000 + w).samples_per_s)
+        o.configs.append(orc[p][0])
+    runs["oracle"] = o
+    # windows to reach 5% of the oracle after each change
+    ab = runs["autobyte"]
+    to5 = []
+    for p in range(len(phases)):
+        w0 = (p * phase_len) // WINDOW
+        w1 = min(n_windows, ((p + 1) * phase_len) // WINDOW) if p < len(phases) - 1 else n_windows
+        k = next((w - w0 for w in range(w0, w1) if ab.speeds[w] >= 0.95 * o.speeds[w]), None)
+        to5.append(None if k is None else (k + 1) * WINDOW)
+    return {
+        "model": model_name, "arch": arch, "bo_config": str(bo),
+        "mean": {k: r.mean for k, r in runs.items()},
+        "autobyte_vs_oracle": ab.mean / o.mean, "autobyte_vs_static_bo": ab.mean / runs["static_bo"].mean,
+        "iters_to_5pct_after_change": to5,
+        "series": {k: r.speeds for k, r in runs.items()},
+        "autobyte_configs": [str(c) for c in ab.configs],
+        "tuner_cpu_share": ab.tuner_cpu_s / max(ab.sim_s, 1e-9),
+    }
+
+
+def run_all(out: Path, weights: str | None = None, only: set[str] | None = None) -> dict[str, Any]:
+    from autobyte import sim
+
+    from ._network import MetaNetwork
+
+    net = MetaNetwork.load(weights) if weights else MetaNetwork.load_default()
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    path = out / "evaluation.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    want = (lambda k: only is None or k in only)  # noqa: E731
+    G = sim.GBPS
+    if want("fig6"):
+        hi, lo = sim.Cluster.from_gbps(8, 10, "ps"), sim.Cluster.from_gbps(8, 3, "ps")
+        results["fig6"] = dynamic(net, "resnet50", [hi, lo, hi, lo, hi, lo], 20, "ps", 12)
+        print("fig6", results["fig6"]["mean"], flush=True)
+    if want("fig7"):
+        base = sim.Cluster.from_gbps(8, 20, "ps")
+        phases = [base, base.replace(bw_up_Bps=10 * G, bw_down_Bps=10 * G, compute_scale=2.0),
+                  base.replace(bw_up_Bps=20 / 3 * G, bw_down_Bps=20 / 3 * G, compute_scale=3.0)]
+        results["fig7"] = dynamic(net, "resnet50", phases, 20, "ps", 6)
+        print("fig7", results["fig7"]["mean"], flush=True)
+    if want("fig5"):
+        model = sim.get_model("resnet50")
+        cl = sim.Cluster.from_gbps(8, 10, "ps")
+        best, best_speed = oracle(model, cl)
+        r5 = {"oracle_config": str(best), "oracle_speed": best_speed}
+        for s in (Config(2 * MiB, 4 * MiB), Config(8 * MiB, 24 * MiB)):
+            r = run_tuner("autobyte", _autobyte(_fresh(net)), s, model, lambda w: cl, 8)
+            r5[str(s)] = {"speeds": r.speeds, "configs": [str(c) for c in r.configs],
+                          "final_vs_oracle": r.speeds[-1] / best_speed, "start_vs_oracle": r.speeds[0] / best_speed}
+        results["fig5"] = r5
+        print("fig5", {k: v for k, v in r5.items() if isinstance(v, dict) and 'final_vs_oracle' in v and print(k, v['final_vs_oracle'])}, flush=True)
+    if want("steady"):
+        model = sim.get_model("vgg16")
+        cl = sim.Cluster.from_gbps(8, 5, "allreduce")
+        t = _autobyte(_fresh(net))
+        r = run_tuner("autobyte", t, BYTESCHEDULER_DEFAULT, model, lambda w: cl, 50)
+        changes = [i for i in range(1, 50) if r.configs[i] != r.configs[i - 1]]
+        results["steady"] = {"model": "vgg16", "gbps": 5, "changes_at_window": changes,
+                             "changes_after_window_10": sum(1 for c in changes if c > 10),
+                             "tuner_cpu_share": r.tuner_cpu_s / r.sim_s, "adapt_runs": t.adapter.n_runs,  # type: ignore[attr-defined]
+                             "adapt_s_max": t.adapter.last_duration_s}  # type: ignore[attr-defined]
+        print("steady", results["steady"], flush=True)
+    if want("shift"):
+        model = sim.get_model("resnet50")
+        base = sim.Cluster(8, "ps", bw_up_Bps=5 * G, bw_down_Bps=5 * G)
+        cl = base.replace(per_message_s=base.per_message_s * 3, latency_s=base.latency_s * 5)
+        t = _autobyte(_fresh(net))
+        seq = [EVAL_SPACE[i] for i in np.random.default_rng(0).choice(len(EVAL_SPACE), 12, replace=False)]
+        # measure the prediction error for a fixed probe sequence (the tuner only observes)
+        errs_before, errs_after = [], []
+        t.start(EVAL_SPACE, seq[0])
+        t.enabled = False
+        for w, c in enumerate(seq):
+            res = _sim(model, cl, c, seed=w)
+            f = res.features()
+            t.observe(Observation(w, c, float(f.speed.sum()), f))
+        errs = t.errors
+        results["shift"] = {"errors_by_window": errs, "adapt_runs": t.adapter.n_runs}
+        print("shift", results["shift"], flush=True)
+    if want("fig89"):
+        rows = []
+        for arch in ("ps", "allreduce"):
+            for m in ("resnet50", "vgg16", "alexnet"):
+                model = sim.get_model(m)
+                for g in (0.5, 1, 5, 10, 25):
+                    cl = sim.Cluster.from_gbps(8, g, arch)
+                    bo = bo_config(model, cl, arch)
+                    ab = run_tuner("autobyte", _autobyte(_fresh(net)), BYTESCHEDULER_DEFAULT, model, lambda w: cl, 6)
+                    orc = oracle(model, cl)
+                    rows.append({
+                        "arch": arch, "model": m, "gbps": g,
+                        "baseline": _sim(model, cl, DDP_DEFAULT, 1).samples_per_s,
+                        "static_default": _sim(model, cl, BYTESCHEDULER_DEFAULT, 1).samples_per_s,
+                        "static_bo": _sim(model, cl, bo, 1).samples_per_s,
+                        "autobyte": float(np.mean(ab.speeds[-3:])), "oracle": orc[1],
+                    })
+                    print(rows[-1], flush=True)
+        results["fig89"] = rows
+    path.write_text(json.dumps(results, indent=1))
+    plot(results, out / "figures")
+    return results
+
+
+def plot(results: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for key, title in (("fig6", "ResNet50, PS, 8 workers: bandwidth 10 <-> 3 Gbps every 20 iterations"),
+                       ("fig7", "ResNet50, PS, 8 workers: jobs join (shared bandwidth and GPU)")):
+        if key not in results:
+            continue
+        r = results[key]
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        for name, s in r["series"].items():
+            x = (np.arange(len(s)) + 1) * WINDOW
+            ax.plot(x, s, marker="o", ms=3, label=name, lw=2 if name == "autobyte" else 1)
+        ax.set_xlabel("iteration"), ax.set_ylabel("samples/s"), ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / f"eval_{key}.png", dpi=110)
+        plt.close(fig)
+    if "fig5" in results:
+        r = results["fig5"]
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        for k, v in r.items():
+            if isinstance(v, dict):
+                ax.plot((np.arange(len(v["speeds"])) + 1) * WINDOW, v["speeds"], marker="o", label=f"start {k}")
+        ax.axhline(r["oracle_speed"], color="k", label=f"oracle {r['oracle_config']}")
+        ax.set_xlabel("iteration"), ax.set_ylabel("samples/s"), ax.set_title("ResNet50, PS, 8 x 10 Gbps: convergence", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "eval_fig5.png", dpi=110)
+        plt.close(fig)
+    if "fig89" in results:
+        rows = results["fig89"]
+        fig, axes = plt.subplots(2, 3, figsize=(11, 5.5))
+        for i, arch in enumerate(("ps", "allreduce")):
+            for j, m in enumerate(("resnet50", "vgg16", "alexnet")):
+                ax = axes[i, j]
+                rr = [r for r in rows if r["arch"] == arch and r["model"] == m]
+                x = np.arange(len(rr))
+                for k, name in enumerate(("baseline", "static_default", "static_bo", "autobyte", "oracle")):
+                    ax.bar(x + (k - 2) * 0.16, [r[name] for r in rr], 0.16, label=name)
+                ax.set_xticks(x, [str(r["gbps"]) for r in rr])
+                ax.set_title(f"{m}, {arch}", fontsize=9), ax.set_xlabel("Gbps")
+        axes[0, 0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(out / "eval_fig89.png", dpi=110)
+        plt.close(fig)
