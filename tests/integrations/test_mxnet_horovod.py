@@ -36,7 +36,7 @@ def _horovodrun(out: Path, *args: str) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}
-    cmd = ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(SCRIPT),
+    cmd = ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "--network-interface", "lo", sys.executable, str(SCRIPT),
            "--engine", "horovod", "--out", str(out), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=200, start_new_session=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
