@@ -151,6 +151,7 @@ class ScheduledTraining:
             )
             if self.controller.current != config:
                 self.scheduler = Scheduler(self.tensors, self.controller.current)
+                self._order = list(range(len(self.scheduler.messages)))
         self.window_iters = window_iters
 
         if self.active:
