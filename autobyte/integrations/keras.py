@@ -1,0 +1,315 @@
+"""Keras 3 integration: a ``model.fit`` callback for data-parallel training on the torch backend.
+
+Usage, one copy per process (``torchrun --nproc_per_node=2 train.py``)::
+
+    import os
+    os.environ["KERAS_BACKEND"] = "torch"
+    import keras
+    from autobyte.integrations.keras import AutoByteCallback
+
+    cb = AutoByteCallback()                      # joins the torchrun process group
+    x, y = x[cb.rank::cb.world_size], y[cb.rank::cb.world_size]   # each rank its own shard
+    model.fit(x, y, batch_size=32, callbacks=[cb])
+
+Each rank computes gradients on its own batches; the callback averages them
+across ranks through the scheduler of :mod:`autobyte.integrations.torch`
+(partitioned, prioritised, under a credit window) by the end of
+``backward()``, before Keras's optimizer reads ``variable.value.grad`` and
+applies them, so every rank applies the same averaged update.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
+from ..core.tuning import Decision, Tuner
+from ._imports import require
+
+__all__ = ["AutoByteCallback"]
+
+#: Keras backends this callback runs on.
+SUPPORTED_BACKENDS = ("torch",)
+
+
+def _import_keras() -> Any:
+    """Import Keras, telling a missing Keras apart from a Keras whose backend cannot load."""
+    try:
+        return require("keras")
+    except ImportError as exc:
+        missing = getattr(exc.__cause__, "name", None) or ""
+        if missing and missing.split(".")[0] != "keras":
+            backend = os.environ.get("KERAS_BACKEND", "from ~/.keras/keras.json, tensorflow by default")
+            raise ImportError(
+                f"keras is installed but cannot load its backend (KERAS_BACKEND: {backend}; {exc.__cause__}); "
+                "autobyte's Keras callback supports only the torch backend: set the environment variable "
+                "KERAS_BACKEND=torch before importing keras."
+            ) from exc.__cause__
+        raise
+
+
+keras = _import_keras()
+
+
+def _check_backend() -> None:
+    backend = keras.backend.backend()
+    if backend not in SUPPORTED_BACKENDS:
+        raise RuntimeError(
+            f"autobyte's Keras callback supports only the {' / '.join(SUPPORTED_BACKENDS)} backend, but Keras runs on "
+            f"backend {backend!r}; set the environment variable KERAS_BACKEND=torch before importing keras "
+            "(and install torch: pip install \"autobyte[torch,keras]\")."
+        )
+
+
+class AutoByteCallback(keras.callbacks.Callback):
+    """Average gradients across processes with AutoByte's scheduler during ``model.fit`` (torch backend).
+
+    Start one process per worker with ``torchrun`` (or any launcher that sets
+    ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``); the
+    callback joins that process group (gloo on CPU, NCCL when the model is on
+    a GPU) unless ``torch.distributed`` is already initialised. Feed each rank
+    its own shard of the data (:attr:`rank`, :attr:`world_size`). At the start
+    of ``fit`` every weight is broadcast from rank 0; in every training step
+    the gradients are averaged exactly once, when ``backward()`` ends, before
+    the optimizer applies them, and non-trainable weights (batch-norm
+    statistics) follow rank 0 as with PyTorch DDP. In a single process it
+    trains unchanged and only collects statistics.
+
+    ``<partition_bytes, credit_bytes>`` are tuned between steps by ``tuner``;
+    ``logs`` of every epoch get ``autobyte_partition_bytes`` and
+    ``autobyte_credit_bytes`` (and, on rank 0, ``autobyte_speed``, the last
+    window's samples/s), so they appear in ``History`` and in Keras's
+    TensorBoard/CSVLogger callbacks listed after this one.
+
+    Args:
+        tuner: ``"autobyte"`` (default), ``"static"``, ``"grid"``, ``"bo"``, a
+            :class:`~autobyte.core.tuning.Tuner`, or ``None`` (fixed configuration).
+        partition_bytes: first message size (default 4 MB, ByteScheduler's).
+        credit_bytes: first credit, most bytes in flight (default 16 MB).
+        window_iters: steps per tuning window (default 10).
+        warmup_iters: steps ignored at start and after each change (default 2).
+        space: candidate configurations for the tuner.
+        verbose: print each reconfiguration on rank 0 (default True).
+        timeout_s: longest wait for a peer process before failing (default 300).
+
+    Raises:
+        RuntimeError: Keras does not run on the torch backend.
+        TypeError, ValueError: an invalid argument; at ``fit``: a model
+            compiled with ``jit_compile=True``, or one whose trainable weights
+            are not its torch parameters.
+
+    Example:
+        >>> model.fit(x, y, callbacks=[AutoByteCallback(tuner="static")])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        tuner: str | Tuner | None = "autobyte",
+        *,
+        partition_bytes: int = BYTESCHEDULER_DEFAULT.partition_bytes,
+        credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,
+        window_iters: int = 10,
+        warmup_iters: int = 2,
+        space: SearchSpace | None = None,
+        verbose: bool = True,
+        timeout_s: float = 300.0,
+    ) -> None:
+        _check_backend()
+        super().__init__()
+        from ..core.tuners import tuner_names
+
+        if isinstance(tuner, str):
+            if tuner not in tuner_names():
+                raise ValueError(f"tuner must be one of {tuner_names()}, a Tuner or None, but got tuner={tuner!r}.")
+        elif tuner is not None and not isinstance(tuner, Tuner):
+            raise TypeError(f"tuner must be a tuner name, an autobyte Tuner or None, but got tuner={tuner!r}.")
+        self.initial = Config(partition_bytes, credit_bytes)
+        if isinstance(window_iters, bool) or not isinstance(window_iters, int) or window_iters < 1:
+            raise ValueError(f"window_iters must be a positive integer, but got window_iters={window_iters!r}.")
+        if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
+            raise ValueError(f"warmup_iters must be a non-negative integer, but got warmup_iters={warmup_iters!r}.")
+        if space is not None and not isinstance(space, SearchSpace):
+            raise TypeError(f"space must be an autobyte SearchSpace or None, but got space={space!r}.")
+        if not isinstance(verbose, bool):
+            raise TypeError(f"verbose must be True or False, but got verbose={verbose!r}.")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, but got timeout_s={timeout_s!r}.")
+        self._tuner_arg = tuner
+        self.tuner: Tuner | None = tuner if isinstance(tuner, Tuner) else None
+        self.window_iters = window_iters
+        self.warmup_iters = warmup_iters
+        self.space = space
+        self.verbose = verbose
+        self.timeout_s = float(timeout_s)
+        #: The engine's handle of the current (or last) ``fit``.
+        self.handle: Any = None
+        #: Rank 0: one record per reconfiguration (step, configurations, reason, speeds).
+        self.decisions: list[dict[str, Any]] = []
+        self._restored: dict[str, Any] | None = None
+        self._active = False
+        self._extra: list[Any] = []
+
+    # ------------------------------------------------------------ processes
+    @property
+    def world_size(self) -> int:
+        """Number of processes (joins the launcher's process group on first use)."""
+        dist = _dist()
+        return dist.get_world_size() if _ensure_group() else 1
+
+    @property
+    def rank(self) -> int:
+        """This process's rank, 0 in a single process."""
+        dist = _dist()
+        return dist.get_rank() if _ensure_group() else 0
+
+    # ------------------------------------------------------------------ fit
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        from . import torch as engine
+
+        _check_backend()
+        model = self.model
+        self._finish(model)  # a previous fit that raised never reached on_train_end
+        if getattr(model, "jit_compile", False):
+            raise ValueError(
+                "AutoByteCallback needs eager training steps (it hooks backward()), but the model was compiled with "
+                "jit_compile=True; pass jit_compile=False to model.compile()."
+            )
+        holder = _parameters_of(model, engine.torch)
+        if self.tuner is None and isinstance(self._tuner_arg, str):
+            from ..core.tuners import make_tuner
+
+            self.tuner = make_tuner(self._tuner_arg)
+        _ensure_group()
+        self.handle = engine.schedule(
+            holder, None, overlap=False, iteration_hooks=False,
+            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes,
+            timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
+            window_iters=self.window_iters, warmup_iters=self.warmup_iters, on_decision=self._on_decision,
+        )
+        self._active = True
+        if self._restored is not None:
+            self.handle.load_state_dict(self._restored.get("engine", {}))
+            self.decisions = [dict(d) for d in self._restored.get("decisions", [])]
+            self._restored = None
+        handle = self.handle
+        self._holder = holder
+
+        # Keras's batch hooks do not see the batch (nor its size) and turn off
+        # async dispatch; wrapping this model's train_step marks each step instead.
+        inner = model.train_step
+
+        def train_step(data: Any) -> Any:
+            handle.begin_iteration(_batch_size(data))
+            return inner(data)
+
+        model.train_step = train_step
+        if self.verbose and handle.rank == 0:
+            what = "collecting statistics only (one process)" if handle.world_size == 1 else (
+                f"averaging {handle.bytes_per_iteration} gradient bytes per step over {handle.world_size} processes")
+            print(f"AutoByte: {what}, starting at {handle.config}.", flush=True)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is None or not self._active:
+            return
+        cfg = self.handle.config
+        logs["autobyte_partition_bytes"] = float(cfg.partition_bytes)
+        logs["autobyte_credit_bytes"] = float(cfg.credit_bytes)
+        ctl = self.handle.controller
+        if ctl is not None and ctl.history:
+            logs["autobyte_speed"] = float(ctl.history[-1]["speed"])
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self._active and self.handle.active:
+            # Batch-norm statistics moved on every rank after the last broadcast: end on rank 0's.
+            self.handle._sync_buffers()
+        self._finish(self.model)
+
+    def _finish(self, model: Any) -> None:
+        model.__dict__.pop("train_step", None)
+        if self._active:
+            self._active = False
+            self.handle.close()
+
+    def _on_decision(self, iteration: int, decision: Decision | None, config: Config) -> None:
+        if decision is None or self.handle is None or self.handle.rank != 0:
+            return
+        ctl = self.handle.controller
+        last = ctl.history[-1] if ctl is not None and ctl.history else {}
+        record = {"iteration": iteration, "previous": last.get("config"), "config": config.to_dict(),
+                  "reason": decision.reason, "observed_speed": last.get("speed"), "predicted_speed": decision.predicted_speed}
+        self.decisions.append(record)
+        if self.verbose:
+            prev = Config(**last["config"]) if last.get("config") else None
+            print(f"AutoByte reconfigured at step {iteration}: {prev} -> {config}: {decision.reason}", flush=True)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-typed state (configuration, tuner, decisions); JSON-serialisable."""
+        if self._restored is not None:
+            return self._restored
+        engine_state = self.handle.state_dict() if self.handle is not None else {"config": self.initial.to_dict()}
+        return {"version": 1, "engine": engine_state, "decisions": [dict(d) for d in self.decisions]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; applied when the next ``fit`` starts (tolerant of missing keys)."""
+        state = {"version": state_dict.get("version", 1), "engine": dict(state_dict.get("engine", {})),
+                 "decisions": list(state_dict.get("decisions", []))}
+        if self._active:
+            self.handle.load_state_dict(state["engine"])
+            self.decisions = [dict(d) for d in state["decisions"]]
+        else:
+            self._restored = state
+
+
+def _dist() -> Any:
+    from . import torch as engine
+
+    return engine.dist
+
+
+def _ensure_group() -> bool:
+    """Join the launcher's process group if there is one; True when distributed."""
+    dist = _dist()
+    if dist.is_initialized():
+        return True
+    world = os.environ.get("WORLD_SIZE")
+    if world is None or int(world) <= 1:
+        return False
+    for var in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            raise RuntimeError(f"WORLD_SIZE={world} is set but {var} is not; start the processes with torchrun, or set RANK, MASTER_ADDR and MASTER_PORT.")
+    from keras.src.backend.torch.core import get_device
+
+    backend = "nccl" if str(get_device()).startswith("cuda") else "gloo"
+    dist.init_process_group(backend, init_method="env://")
+    return True
+
+
+def _parameters_of(model: Any, torch: Any) -> Any:
+    """The model's trainable torch parameters in Keras order (input first), plus its other weights as buffers."""
+    trainable = [v.value for v in model.trainable_weights]
+    if not trainable:
+        raise ValueError("the model has no trainable weights; there is nothing to synchronise (build and compile it before fit).")
+    mine = {id(p) for p in model.parameters() if p.requires_grad}
+    if mine != {id(p) for p in trainable}:
+        raise ValueError(
+            f"the model's trainable weights ({len(trainable)}) are not its torch parameters with requires_grad "
+            f"({len(mine)}); AutoByteCallback supports Keras models whose weights are Keras variables."
+        )
+    holder = torch.nn.Module()
+    holder.params = torch.nn.ParameterList(trainable)
+    for i, v in enumerate(model.non_trainable_weights):
+        t = v.value
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            holder.register_buffer(f"state{i}", t.data)
+    return holder
+
+
+def _batch_size(data: Any) -> int:
+    for t in keras.tree.flatten(data):
+        shape = getattr(t, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return 1

@@ -1,0 +1,157 @@
+"""AutoByteCallback for Keras 3 ``model.fit`` on the torch backend: 2 real processes, and single-process checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+torch = pytest.importorskip("torch")
+keras = pytest.importorskip("keras")
+if keras.backend.backend() != "torch":
+    pytest.skip("Keras was imported on another backend in this session", allow_module_level=True)
+
+from autobyte._testing import launch  # noqa: E402
+from autobyte.core import KiB  # noqa: E402
+from autobyte.integrations.keras import AutoByteCallback  # noqa: E402
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "keras_train.py")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("keras")
+    res = launch([SCRIPT, str(out)], 2, timeout_s=300, env={"KERAS_BACKEND": "torch"})
+    for r in res:
+        assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    load = lambda name: np.load(out / f"{name}.npz", allow_pickle=False)  # noqa: E731
+    return out, res, load("rank0"), load("rank1"), load("reference"), load("alone")
+
+
+def _weights(npz):
+    return [npz[f"arr_{i}"] for i in range(len([k for k in npz.files if k.startswith("arr_")]))]
+
+
+def test_ranks_end_identical_and_equal_to_one_process_on_the_union(two_ranks):
+    _, _, r0, r1, ref, alone = two_ranks
+    assert int(r0["world"]) == int(r1["world"]) == 2
+    w0, w1, wref, walone = _weights(r0), _weights(r1), _weights(ref), _weights(alone)
+    assert len(w0) == len(wref) == 6
+    for a, b in zip(w0, w1):
+        np.testing.assert_array_equal(a, b)  # started from different weights: rank 0's were broadcast
+    for a, b in zip(w0, wref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    # and the check has teeth: rank 0's batches alone lead elsewhere
+    assert max(float(np.abs(a - b).max()) for a, b in zip(w0, walone)) > 1e-2
+
+
+def test_scheduler_carries_every_weight_and_reconfigures(two_ranks):
+    out, res, r0, r1, _, _ = two_ranks
+    assert int(r0["bytes_per_iteration"]) == int(r0["param_bytes"]) == 19664
+    decisions = json.loads((out / "decisions.json").read_text())
+    assert int(r0["n_decisions"]) == len(decisions) >= 2 and int(r1["n_decisions"]) == 0
+    assert all("grid search" in d["reason"] for d in decisions)
+    assert decisions[0]["previous"] == {"partition_bytes": 4 * KiB, "credit_bytes": 8 * KiB}
+    # the configuration in force is in the epoch logs (History) on every rank
+    np.testing.assert_array_equal(r0["partition_logged"], r1["partition_logged"])
+    assert "AutoByte reconfigured at step" in res[0].stdout and "AutoByte" not in res[1].stdout
+
+
+# ------------------------------------------------------------------- one process
+
+
+def _model(seed: int = 0, jit_compile: bool = False):
+    keras.utils.set_random_seed(seed)
+    m = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+    m.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              jit_compile=jit_compile)
+    return m
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 5)).astype("float32")
+    return x, (x[:, 0] > 0).astype("int64")
+
+
+def test_world_size_one_just_trains():
+    assert not torch.distributed.is_initialized() and "WORLD_SIZE" not in os.environ
+    x, y = _data()
+    ref, got = _model(), _model()
+    ref.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    cb = AutoByteCallback(tuner="static", window_iters=2, warmup_iters=1, verbose=False)
+    hist = got.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[cb])
+    for a, b in zip(ref.get_weights(), got.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert cb.rank == 0 and cb.world_size == 1 and cb.handle.world_size == 1
+    assert len(cb.handle.controller.history) >= 2  # statistics were collected
+    assert hist.history["autobyte_partition_bytes"] == [float(cb.initial.partition_bytes)] * 2
+    assert "train_step" not in got.__dict__  # handed back unwrapped
+
+
+def test_jit_compiled_model_is_refused():
+    x, y = _data()
+    with pytest.raises(ValueError, match=r"compiled with jit_compile=True; pass jit_compile=False to model.compile\(\)"):
+        _model(jit_compile=True).fit(x, y, epochs=1, verbose=0, callbacks=[AutoByteCallback(tuner=None)])
+
+
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        ({"partition_bytes": 0}, ValueError, r"partition_bytes must be a positive integer, but got partition_bytes=0\."),
+        ({"credit_bytes": 1.5}, TypeError, r"credit_bytes must be a positive integer, but got credit_bytes=1\.5"),
+        ({"tuner": "fastest"}, ValueError, r"tuner must be one of \[.*\], a Tuner or None, but got tuner='fastest'"),
+        ({"tuner": object}, TypeError, r"tuner must be a tuner name, an autobyte Tuner or None"),
+        ({"window_iters": 2.0}, ValueError, r"window_iters must be a positive integer, but got window_iters=2\.0"),
+        ({"warmup_iters": -3}, ValueError, r"warmup_iters must be a non-negative integer, but got warmup_iters=-3"),
+        ({"space": "grid"}, TypeError, r"space must be an autobyte SearchSpace or None, but got space='grid'"),
+        ({"verbose": "no"}, TypeError, r"verbose must be True or False, but got verbose='no'"),
+        ({"timeout_s": float("nan")}, ValueError, r"timeout_s must be a positive number of seconds, but got timeout_s=nan"),
+    ],
+)
+def test_bad_arguments(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        AutoByteCallback(**kw)
+
+
+@pytest.mark.parametrize("backend", ["jax", None])
+def test_backend_that_cannot_load_names_the_supported_one(backend):
+    # Here jax and tensorflow (Keras's default backend) are not installed: importing Keras on them fails for real.
+    import importlib.util
+
+    if importlib.util.find_spec(backend or "tensorflow") is not None:
+        pytest.skip(f"{backend or 'tensorflow'} is installed here")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    if backend:
+        env["KERAS_BACKEND"] = backend
+    code = "from autobyte.integrations.keras import AutoByteCallback"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "keras is installed but cannot load its backend" in p.stderr, p.stderr[-2000:]
+    assert "supports only the torch backend: set the environment variable KERAS_BACKEND=torch" in p.stderr
+
+
+def test_other_loaded_backend_is_refused(monkeypatch):
+    # No second Keras backend can run on this machine, so the backend Keras reports is replaced here.
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(RuntimeError, match=r"supports only the torch backend, but Keras runs on backend 'jax'; set the environment variable KERAS_BACKEND=torch"):
+        AutoByteCallback()
+
+
+def test_missing_keras_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "keras", None)  # what Python does for a package that is not installed
+    monkeypatch.delitem(sys.modules, "autobyte.integrations.keras")
+    with pytest.raises(ImportError, match=r'needs keras, which is not installed; install it with: pip install "autobyte\[keras\]"'):
+        import autobyte.integrations.keras  # noqa: F401
+
+
+def test_unsupported_keras_version(monkeypatch):
+    monkeypatch.setattr(keras, "__version__", "2.15.0")
+    monkeypatch.delitem(sys.modules, "autobyte.integrations.keras")
+    with pytest.raises(ImportError, match=r"autobyte supports keras >=3\.0,<4\.0, but found keras 2\.15\.0"):
+        import autobyte.integrations.keras  # noqa: F401
