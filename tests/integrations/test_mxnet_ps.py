@@ -75,9 +75,10 @@ def test_scheduled_matches_unscheduled_dist_sync(plain: list[dict], tmp_path: Pa
 
 
 def test_reconfiguration_mid_training_loses_no_update(plain: list[dict], tmp_path: Path) -> None:
-    # Two servers; rank 0's tuner switches 4 KiB/8 KiB -> 1 KiB/2 KiB after the first window.
+    # Two servers, two CPU contexts per worker (each batch split across them);
+    # rank 0's tuner switches 4 KiB/8 KiB -> 1 KiB/2 KiB after the first window.
     sched = _run(tmp_path, "--mode", "scheduled", "--partition", "4096", "--credit", "8192",
-                 "--switch-partition", "1024", "--switch-credit", "2048", "--window", "5", n_servers=2)
+                 "--switch-partition", "1024", "--switch-credit", "2048", "--window", "5", "--contexts", "2", n_servers=2)
     for rank in (0, 1):
         info = sched[rank]["info"]
         # warm-up 2 + window 5 -> decided after batch 6, applied by every rank from batch 7.

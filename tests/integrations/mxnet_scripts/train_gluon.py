@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--window", type=int, default=5)
     ap.add_argument("--engine", choices=["kvstore", "horovod"], default="kvstore")
+    ap.add_argument("--contexts", type=int, default=1, help="CPU contexts per worker (the batch is split across them)")
     args = ap.parse_args()
 
     import mxnet as mx
@@ -59,7 +60,8 @@ def main() -> None:
             self.priority = 10  # after the gradient update
 
         def batch_end(self, estimator, *a, **kw):  # type: ignore[no-untyped-def]
-            self.losses.append(float(sum(l.mean().asscalar() for l in kw["loss"])))
+            losses = kw["loss"]  # one per context
+            self.losses.append(float(sum(l.sum().asscalar() for l in losses)) / sum(l.shape[0] for l in losses))
 
     if args.engine == "kvstore":
         kv = mx.kv.create("dist_sync")
@@ -79,7 +81,8 @@ def main() -> None:
 
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(10))
-    net.initialize(mx.init.Xavier())
+    ctx = [mx.cpu(i) for i in range(args.contexts)]
+    net.initialize(mx.init.Xavier(), ctx=ctx)
     opt = {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4}
     if args.engine == "kvstore":
         trainer = gluon.Trainer(net.collect_params(), "sgd", opt, kvstore=kv)
@@ -88,7 +91,7 @@ def main() -> None:
         trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", opt)
     else:
         trainer = gluon.Trainer(net.collect_params(), "sgd", opt, kvstore=None)
-    est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
+    est = Estimator(net, loss=gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer, context=ctx)
     rec = RecordLoss()
     handlers: list = [rec]
     handler = None
