@@ -65,10 +65,6 @@ class HorovodEngine(_GluonEngine):
 
     def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int) -> None:
         super().__init__(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes)
-        self._hvd = hvd = import_horovod_mxnet()
-        if not hvd.is_initialized():
-            hvd.init()
-        self._rank, self._size = int(hvd.rank()), int(hvd.size())
         mx = self._mx
         if trainer._kv_initialized and trainer._kvstore is not None:
             raise RuntimeError("trainer has already created its KVStore (trainer.step was called); build the engine before the first trainer.step().")
@@ -78,6 +74,10 @@ class HorovodEngine(_GluonEngine):
             raise ValueError(f"the Horovod engine all-reduces; the trainer's kvstore must not be a parameter server, but got kvstore={kv_type!r} (use engine='kvstore').")
         if len(trainer._contexts) != 1:
             raise ValueError(f"the Horovod engine needs one context per process, but the trainer has {len(trainer._contexts)}: {trainer._contexts}.")
+        self._hvd = hvd = import_horovod_mxnet()
+        if not hvd.is_initialized():
+            hvd.init()
+        self._rank, self._size = int(hvd.rank()), int(hvd.size())
         if self._size > 1:
             trainer._kvstore_params = {"kvstore": None, "update_on_kvstore": False}
             trainer._kv_initialized = False

@@ -190,3 +190,32 @@ def test_handler_state_dict_round_trip() -> None:
     fresh.load_state_dict(state)
     assert fresh._restored is not None and fresh._restored["engine"]["iteration"] == 12
     assert state["engine"]["config"] == {"partition_bytes": 1024, "credit_bytes": 2048}
+
+
+def test_horovod_engine_rejects_a_parameter_server_trainer_and_several_contexts() -> None:
+    from autobyte.integrations.mxnet import HorovodEngine
+
+    _, trainer = _trainer("dist_sync")  # the string only: no KVStore is created
+    with pytest.raises(ValueError, match=r"kvstore must not be a parameter server, but got kvstore='dist_sync' \(use engine='kvstore'\)"):
+        HorovodEngine(trainer, partition_bytes=1024, credit_bytes=1024)
+    net = gluon.nn.Dense(2, in_units=3)
+    net.initialize(ctx=[mx.cpu(0), mx.cpu(1)])
+    two = gluon.Trainer(net.collect_params(), "sgd", kvstore=None)
+    with pytest.raises(ValueError, match=r"the Horovod engine needs one context per process, but the trainer has 2"):
+        HorovodEngine(two, partition_bytes=1024, credit_bytes=1024)
+
+
+def test_missing_horovod_gives_install_hint() -> None:
+    code = (
+        "import sys; sys.modules['horovod'] = None; sys.modules['horovod.mxnet'] = None\n"
+        "import mxnet as mx\nfrom mxnet import gluon\n"
+        "from autobyte.integrations.mxnet import HorovodEngine\n"
+        "net = gluon.nn.Dense(2, in_units=3); net.initialize()\n"
+        "t = gluon.Trainer(net.collect_params(), 'sgd', kvstore=None)\n"
+        "try:\n    HorovodEngine(t, partition_bytes=1024, credit_bytes=1024)\nexcept ImportError as e:\n    print('ERR', e)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "ERR the Horovod engine needs horovod.mxnet" in proc.stdout
+    assert "HOROVOD_WITH_MXNET=1" in proc.stdout
