@@ -40,8 +40,13 @@ def launch(
     env: Mapping[str, str] | None = None,
     timeout_s: float = 300.0,
     cwd: str | None = None,
+    one_node_per_rank: bool = False,
 ) -> list[RankResult]:
     """Run ``python *argv`` as ``world_size`` ranks and wait for all of them.
+
+    With ``one_node_per_rank`` every rank looks like a machine of its own
+    (``NODE_RANK`` = rank, ``LOCAL_RANK`` 0), as Lightning's
+    ``Trainer(num_nodes=world_size, devices=1)`` expects.
 
     Ranks still running after ``timeout_s`` are killed (their return code is
     then negative). Output is captured per rank.
@@ -53,6 +58,8 @@ def launch(
         e = dict(os.environ)
         e.update(env or {})
         e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if one_node_per_rank:
+            e.update(LOCAL_RANK="0", NODE_RANK=str(rank), LOCAL_WORLD_SIZE="1")
         e.setdefault("OMP_NUM_THREADS", "1")
         procs.append(
             subprocess.Popen(

@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> None:
     from .models import make_cnn, synthetic_batches
 
     torch.set_num_threads(int(spec.get("threads", 1)))
+    if spec.get("debug_hang_s"):
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(spec["debug_hang_s"]), exit=False)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     bs = int(spec.get("batch_size", 16))
