@@ -41,12 +41,15 @@ def launch(
     timeout_s: float = 300.0,
     cwd: str | None = None,
     one_node_per_rank: bool = False,
+    stream_rank0: bool = False,
 ) -> list[RankResult]:
     """Run ``python *argv`` as ``world_size`` ranks and wait for all of them.
 
     With ``one_node_per_rank`` every rank looks like a machine of its own
     (``NODE_RANK`` = rank, ``LOCAL_RANK`` 0), as Lightning's
-    ``Trainer(num_nodes=world_size, devices=1)`` expects.
+    ``Trainer(num_nodes=world_size, devices=1)`` expects. With
+    ``stream_rank0`` rank 0 writes to this process's terminal (progress bars)
+    instead of being captured.
 
     Ranks still running after ``timeout_s`` are killed (their return code is
     then negative). Output is captured per rank.
@@ -61,9 +64,10 @@ def launch(
         if one_node_per_rank:
             e.update(LOCAL_RANK="0", NODE_RANK=str(rank), LOCAL_WORLD_SIZE="1")
         e.setdefault("OMP_NUM_THREADS", "1")
+        pipe = None if (stream_rank0 and rank == 0) else subprocess.PIPE
         procs.append(
             subprocess.Popen(
-                [sys.executable, *argv], env=e, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                [sys.executable, *argv], env=e, cwd=cwd, stdout=pipe, stderr=pipe, text=True,
                 start_new_session=True,
             )
         )
@@ -76,8 +80,8 @@ def launch(
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 out, err = p.communicate()
-                err += f"\n[autobyte launch] rank {rank} killed after {timeout_s:g} s"
-            results[rank] = RankResult(rank, p.returncode, out, err, time.monotonic() - t0)
+                err = (err or "") + f"\n[autobyte launch] rank {rank} killed after {timeout_s:g} s"
+            results[rank] = RankResult(rank, p.returncode, out or "", err or "", time.monotonic() - t0)
     finally:
         for p in procs:
             if p.poll() is None:
