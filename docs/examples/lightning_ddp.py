@@ -51,8 +51,9 @@ def main() -> None:
         callbacks=[AutoByteCallback()],  # the one added line
     )
     trainer.fit(SmallCNN(), random_images())
+    log_dir = trainer.log_dir  # a collective: every rank asks
     if trainer.is_global_zero:
-        print(f"done: {trainer.global_step} steps, logs in {trainer.log_dir}")
+        print(f"done: {trainer.global_step} steps, logs in {log_dir}")
 
 
 if __name__ == "__main__":
