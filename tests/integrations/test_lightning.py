@@ -193,3 +193,26 @@ def test_unsupported_lightning_version(monkeypatch):
     monkeypatch.setattr(pl, "__version__", "1.9.5")
     with pytest.raises(ImportError, match=r"autobyte supports lightning >=2\.4,<3\.0, but found lightning 1\.9\.5"):
         ab_lightning._import_lightning()
+
+
+def test_tensorboard_gets_window_metrics_and_reasons(tmp_path):
+    pytest.importorskip("tensorboard")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from autobyte.core import Config, SearchSpace
+    from autobyte.core.tuners import GridTuner
+
+    space = SearchSpace([Config(64, 64), Config(64, 256)])
+    cb = AutoByteCallback(GridTuner(space), partition_bytes=64, credit_bytes=64, window_iters=2, warmup_iters=0, space=space)
+    pl.seed_everything(0, verbose=False)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=6, callbacks=[cb], logger=TensorBoardLogger(tmp_path, name="tb"),
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Tiny(), _loader())
+    ea = EventAccumulator(str(tmp_path / "tb" / "version_0"), size_guidance={"tensors": 0, "scalars": 0})
+    ea.Reload()
+    assert {"autobyte/observed_speed", "autobyte/reconfigured", "autobyte/credit_bytes"} <= set(ea.Tags()["scalars"])
+    assert "autobyte/reconfiguration/text_summary" in ea.Tags()["tensors"]
+    assert [e.value for e in ea.Scalars("autobyte/reconfigured")].count(1.0) == sum(d["reconfigured"] for d in cb.decisions) >= 1
+    lines = (tmp_path / "tb" / "version_0" / "autobyte_decisions.jsonl").read_text().splitlines()
+    assert all("grid search" in json.loads(x)["reason"] for x in lines) and lines
