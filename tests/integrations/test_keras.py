@@ -62,6 +62,15 @@ def test_scheduler_carries_every_weight_and_reconfigures(two_ranks):
     assert "AutoByte reconfigured at step" in res[0].stdout and "AutoByte" not in res[1].stdout
 
 
+def test_batch_norm_statistics_end_equal_on_every_rank(two_ranks):
+    out = two_ranks[0]
+    b0, b1 = (np.load(out / f"bn{r}.npz", allow_pickle=False) for r in range(2))
+    for a, b in zip(_weights(b0), _weights(b1)):
+        np.testing.assert_array_equal(a, b)
+    n = b0["moving"].size // 2
+    assert np.abs(b0["moving"][:n]).max() > 1e-3  # the moving mean did move away from its initial zeros
+
+
 # ------------------------------------------------------------------- one process
 
 

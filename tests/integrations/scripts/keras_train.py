@@ -63,6 +63,15 @@ def main() -> None:
         param_bytes=sum(int(np.prod(w.shape)) * 4 for w in model.trainable_weights),
         partition_logged=np.array(hist.history["autobyte_partition_bytes"]),
     )
+    # Batch norm: its moving statistics are non-trainable weights; they must end equal on every rank too.
+    keras.utils.set_random_seed(10 + rank)
+    bn = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                           keras.layers.Flatten(), keras.layers.Dense(4)])
+    bn.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    bn.fit(x[:4, rank].reshape(-1, 8, 8, 3), y[:4, rank].reshape(-1), batch_size=BATCH, verbose=0,
+           callbacks=[AutoByteCallback(tuner=None, verbose=False)])
+    np.savez(os.path.join(out, f"bn{rank}.npz"), *bn.get_weights(),
+             moving=np.concatenate([np.ravel(w) for w in bn.non_trainable_weights]))
     if rank == 0:
         ref = build(seed=1)
         ref.fit(x.reshape(-1, 8, 8, 3), y.reshape(-1), batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
