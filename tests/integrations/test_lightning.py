@@ -183,10 +183,28 @@ def test_missing_lightning_gives_install_hint(monkeypatch):
 
 
 def test_standalone_pytorch_lightning_is_accepted(monkeypatch):
-    pytest.importorskip("pytorch_lightning")
+    ptl = pytest.importorskip("pytorch_lightning")
+    # a Trainer of the standalone package takes the callback as it is
+    cb = AutoByteCallback(tuner="static", window_iters=2, warmup_iters=0)
+    trainer = ptl.Trainer(accelerator="cpu", devices=1, max_steps=5, callbacks=[cb], logger=False,
+                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+
+    class PtlTiny(ptl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(6, 2)
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer.fit(PtlTiny(), _loader())
+    assert trainer.global_step == 5 and len(cb.handle.controller.history) >= 1
+    # and the module is chosen when it is the only one installed
     monkeypatch.setitem(sys.modules, "lightning.pytorch", None)
-    mod = ab_lightning._import_lightning()
-    assert mod.__name__ == "pytorch_lightning"
+    assert ab_lightning._import_lightning() is ptl
 
 
 def test_unsupported_lightning_version(monkeypatch):
