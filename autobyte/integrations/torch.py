@@ -164,6 +164,7 @@ class ScheduledTraining:
             # NCCL collectives need device tensors; gloo takes CPU tensors.
             self._cdev = self.device if backend == "nccl" else torch.device("cpu")
             self._peers = self._exchange_identity()
+            self._agree_on_start()
             self._broadcast_state()
             self._ready_q: "queue.Queue[tuple]" = queue.Queue()
             self._done_q: "queue.Queue[tuple]" = queue.Queue()
@@ -192,6 +193,19 @@ class ScheduledTraining:
         out = [torch.zeros_like(me) for _ in range(self.world_size)]
         self._collective(lambda: dist.all_gather(out, me, group=self.group))
         return [(int(t[0]), int(t[1])) for t in out]
+
+    def _agree_on_start(self) -> None:
+        """Every rank starts from rank 0's configuration (a tuner may pick a random first probe)."""
+        cfg = self.scheduler.config
+        msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes], dtype=torch.int64, device=self._cdev)
+        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        self._collective(lambda: dist.broadcast(msg, src, group=self.group))
+        agreed = Config(int(msg[0]), int(msg[1]))
+        if agreed != cfg:
+            self.scheduler = Scheduler(self.tensors, agreed)
+            self._order = list(range(len(self.scheduler.messages)))
+        if self.controller is not None:
+            self.controller.current = agreed
 
     def _broadcast_state(self) -> None:
         """Start from rank 0's parameters and buffers, as DDP does."""
