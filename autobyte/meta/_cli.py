@@ -17,7 +17,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_meta_data)
 
     p = sub.add_parser("train-meta", help="train the meta-network offline, held out by model and by network condition")
-    p.add_argument("--data", required=True, help="a .npz file or a directory of them (from `autobyte meta-data`)")
+    p.add_argument("--data", required=True, action="append",
+                   help="a simulator dataset directory (`autobyte dataset generate`, meta.json + shards), or a .npz / directory "
+                        "of .npz from `autobyte meta-data`; repeat to combine")
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--out", required=True, help="output weights, NAME.weights.h5 (a NAME.weights.h5.json sidecar is written beside)")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
@@ -31,14 +34,20 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_evaluate)
 
 
-def _load_data(path: str) -> Any:
-    from ._data import MetaDataset
+def _load_data(paths: list[str] | str) -> Any:
+    from ._data import MetaDataset, from_sim_dataset
 
-    p = Path(path)
-    files = sorted(p.glob("*.npz")) if p.is_dir() else [p]
-    if not files:
-        raise SystemExit(f"--data must be a .npz file or a directory holding some, but {path!r} has none.")
-    return MetaDataset.concat([MetaDataset.load(f) for f in files])
+    parts = []
+    for path in [paths] if isinstance(paths, str) else paths:
+        p = Path(path)
+        if (p / "meta.json").is_file():
+            parts.append(from_sim_dataset(p))
+            continue
+        files = sorted(p.glob("*.npz")) if p.is_dir() else [p]
+        if not files or not all(f.is_file() for f in files):
+            raise SystemExit(f"--data must be a simulator dataset directory, a .npz file or a directory of them, but got {path!r}.")
+        parts.extend(MetaDataset.load(f) for f in files)
+    return MetaDataset.concat(parts)
 
 
 def _meta_data(args: argparse.Namespace) -> int:
@@ -55,7 +64,7 @@ def _train_meta(args: argparse.Namespace) -> int:
     ds = _load_data(args.data)
     parts = ds.split()
     print({k: (len(v.observed), len(v.speed)) for k, v in parts.items()}, flush=True)
-    net = train(parts["train"], epochs=args.epochs, seed=args.seed, validation=parts["heldout_model"], verbose=2)
+    net = train(parts["train"], epochs=args.epochs, seed=args.seed, batch_size=args.batch_size, validation=parts["heldout_model"], verbose=2)
     report: dict[str, Any] = {"train": evaluate(net, parts["train"])}
     for k in ("heldout_model", "heldout_condition"):
         report[k] = evaluate(net, parts[k])

@@ -24,7 +24,7 @@ import numpy as np
 
 from autobyte.core.space import Config, SearchSpace
 
-from ._features import F_LAYER, N_BINS, featurize
+from ._features import F_JOB, F_LAYER, N_BINS, featurize, job_vector, layer_features_agg
 
 #: Models held out of training (the prediction-quality targets are measured on them).
 HELDOUT_MODELS = ("resnet101", "densenet169", "vgg19")
@@ -63,6 +63,14 @@ class MetaDataset:
             raise ValueError(f"data file {str(path)!r} has layers of shape {d['layers'].shape}, expected (C, {N_BINS}, {F_LAYER}).")
         while d["layers"].shape[1] > N_BINS:  # data pooled finer than this version: merge neighbouring bins
             d["layers"] = _halve_bins(d["layers"])
+        if d["job"].shape[1] == 21:  # feature version 1: drop the max bandwidths, straggling from the layer sums
+            j = d["job"][:, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 14, 15, 16, 17, 18, 19, 20]].copy()
+            t_mean = np.expm1(d["layers"][:, :, 1]).sum(axis=1)
+            t_max = np.expm1(d["layers"][:, :, 2]).sum(axis=1)
+            j[:, 7] = np.log(np.maximum(t_max, 1e-12) / np.maximum(t_mean, 1e-12))
+            d["job"] = j
+        if d["job"].shape[1] != F_JOB:
+            raise ValueError(f"data file {str(path)!r} has job vectors of width {d['job'].shape[1]}, expected {F_JOB}.")
         return cls(**d)
 
     @classmethod
@@ -111,6 +119,63 @@ class MetaDataset:
             "heldout_model": self.subset(ho_model & ~ho_cond),
             "heldout_condition": self.subset(~ho_model & ho_cond),
         }
+
+
+def from_sim_dataset(path: str | Path, *, max_shards: int | None = None, seed: int = 0) -> MetaDataset:
+    """Read ``autobyte.sim.dataset``'s directory format (``meta.json`` + ``shard-*.npz``).
+
+    Rows sharing a condition and a current config ``c0`` become one context
+    (one window of statistics); the shards present are read (a dataset still
+    being generated is usable).
+    """
+    import json
+
+    root = Path(path)
+    meta_p = root / "meta.json"
+    if not meta_p.is_file():
+        raise FileNotFoundError(f"path must be a simulator dataset directory holding meta.json, but {str(meta_p)!r} does not exist.")
+    meta = json.loads(meta_p.read_text())
+    if meta.get("format") != "autobyte-sim-dataset":
+        raise ValueError(f"{str(meta_p)!r} is not an autobyte-sim-dataset (format={meta.get('format')!r}).")
+    names = [m["name"] for m in meta["models"]]
+    lbytes = [np.asarray(m["layer_bytes"], dtype=np.float64) for m in meta["models"]]
+    arch_names = {v: k for k, v in meta["arch_codes"].items()}
+    shards = sorted(root.glob("shard-*.npz"))[:max_shards]
+    parts = []
+    for sp in shards:
+        with np.load(sp, allow_pickle=False) as z:
+            col = {k: z[k] for k in z.files}
+        key = np.stack([col["condition"], col["partition_cur"], col["credit_cur"]], axis=1)
+        uniq, ctx_of_row = np.unique(key, axis=0, return_inverse=True)
+        first = np.zeros(len(uniq), dtype=np.int64)
+        first[ctx_of_row[::-1]] = np.arange(len(ctx_of_row))[::-1]
+        L, J, LB = [], [], []
+        for r in first:
+            m = int(col["model"][r])
+            nl = int(col["n_layers"][r])
+            s0 = int(col["layer_start"][r])
+            tm = col["layer_backward_mean"][s0:s0 + nl].astype(np.float64)
+            tx = col["layer_backward_max"][s0:s0 + nl].astype(np.float64)
+            cur = Config(int(col["partition_cur"][r]), int(col["credit_cur"][r]))
+            L.append(layer_features_agg(lbytes[m], tm, tx))
+            J.append(job_vector(
+                n=int(col["n_workers"][r]), l=nl, arch=arch_names[int(col["arch"][r])], total_bytes=float(lbytes[m].sum()),
+                forward_s=float(col["forward_s"][r]), backward_s=float(tm.sum()), backward_max_s=float(tx.sum()),
+                up_min=float(col["bw_up_min"][r]), up_mean=float(col["bw_up_mean"][r]),
+                down_min=float(col["bw_down_min"][r]), down_mean=float(col["bw_down_mean"][r]),
+                speed=float(col["speed_cur"][r]), current=cur))
+            LB.append(lbytes[m])
+        offs = np.concatenate([[0], np.cumsum([len(x) for x in LB])]).astype(np.int64)
+        parts.append(MetaDataset(
+            np.array(L), np.array(J), np.concatenate(LB), offs,
+            np.stack([col["partition_cur"][first], col["credit_cur"][first]], axis=1).astype(np.float64),
+            col["speed_cur"][first].astype(np.float64), col["link_gbps_min"][first].astype(np.float64),
+            col["model"][first].astype(np.int64), np.array(names), ctx_of_row.astype(np.int64),
+            np.stack([col["partition"], col["credit"]], axis=1).astype(np.float64), col["speed"].astype(np.float64),
+        ))
+    if not parts:
+        raise ValueError(f"{str(root)!r} holds no shard-*.npz yet.")
+    return MetaDataset.concat(parts)
 
 
 def _halve_bins(x: np.ndarray) -> np.ndarray:

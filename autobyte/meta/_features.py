@@ -29,10 +29,10 @@ from autobyte.core.space import Config
 #: Bins the per-layer sequence is pooled into (any ``l`` maps to this length).
 N_BINS = 16
 F_LAYER = 6
-F_JOB = 21
+F_JOB = 19
 F_CAND = 12
 #: Version of the feature layout, stored with the weights; a mismatch refuses to load.
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 
 _MB = 1e6
 _GBPS = 1e9 / 8  # bytes/s in one Gbit/s
@@ -55,17 +55,19 @@ def _bins(l: int, k: int = N_BINS) -> np.ndarray:
 
 def layer_features(layer_bytes: np.ndarray, layer_time_s: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
     """``(n_bins, F_LAYER)`` from ``(l,)`` bytes and ``(l, n)`` backward times."""
-    N_BINS = n_bins  # noqa: N806
+    return layer_features_agg(layer_bytes, layer_time_s.mean(axis=1), layer_time_s.max(axis=1), n_bins)
+
+
+def layer_features_agg(layer_bytes: np.ndarray, t_mean: np.ndarray, t_max: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
+    """Same, from per-layer backward time averaged over workers and its maximum over workers."""
     l = layer_bytes.shape[0]
     b = _bins(l, n_bins)
-    t_mean = layer_time_s.mean(axis=1)
-    t_max = layer_time_s.max(axis=1)
-    out = np.zeros((N_BINS, F_LAYER))
-    sum_b = np.bincount(b, layer_bytes, N_BINS)
-    sum_t = np.bincount(b, t_mean, N_BINS)
-    sum_tm = np.bincount(b, t_max, N_BINS)
-    cnt = np.bincount(b, None, N_BINS)
-    max_b = np.zeros(N_BINS)
+    out = np.zeros((n_bins, F_LAYER))
+    sum_b = np.bincount(b, layer_bytes, n_bins)
+    sum_t = np.bincount(b, t_mean, n_bins)
+    sum_tm = np.bincount(b, t_max, n_bins)
+    cnt = np.bincount(b, None, n_bins)
+    max_b = np.zeros(n_bins)
     np.maximum.at(max_b, b, layer_bytes)
     out[:, 0] = np.log1p(sum_b / _MB)
     out[:, 1] = np.log1p(sum_t * 1e3)
@@ -82,32 +84,37 @@ def _cfg_vec(p: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
 
 def job_features(f: RuntimeFeatures, current: Config, observed_speed: float) -> np.ndarray:
     """``(F_JOB,)`` static + bandwidth + current-configuration features."""
-    n, l = f.n_workers, f.n_layers
-    total_b = float(f.layer_bytes.sum())
-    bwd = f.layer_time_s.sum(axis=0)  # per worker
-    compute = f.forward_s + bwd
-    comp_mean = max(float(compute.mean()), 1e-6)
-    up = np.maximum(f.bw_up_Bps, 1.0) / _GBPS
-    down = np.maximum(f.bw_down_Bps, 1.0) / _GBPS
-    speed = max(float(observed_speed), 1e-9)
-    per_worker = speed / n
-    arch = [1.0 if f.arch == a else 0.0 for a in ARCHITECTURES]
-    comm_bound = total_b / (min(up.min(), down.min()) * _GBPS)
+    return job_vector(
+        n=f.n_workers, l=f.n_layers, arch=f.arch, total_bytes=float(f.layer_bytes.sum()),
+        forward_s=float(f.forward_s.mean()), backward_s=float(f.layer_time_s.mean(axis=1).sum()),
+        backward_max_s=float(f.layer_time_s.max(axis=1).sum()),
+        up_min=float(f.bw_up_Bps.min()), up_mean=float(f.bw_up_Bps.mean()),
+        down_min=float(f.bw_down_Bps.min()), down_mean=float(f.bw_down_Bps.mean()),
+        speed=observed_speed, current=current,
+    )
+
+
+def job_vector(
+    *, n: int, l: int, arch: str, total_bytes: float, forward_s: float, backward_s: float, backward_max_s: float,
+    up_min: float, up_mean: float, down_min: float, down_mean: float, speed: float, current: Config,
+) -> np.ndarray:
+    """The job vector from aggregates over workers (min and mean: any ``n``)."""
+    comp = max(forward_s + backward_s, 1e-6)
+    up_min, up_mean, down_min, down_mean = (max(x, 1.0) / _GBPS for x in (up_min, up_mean, down_min, down_mean))
+    speed = max(float(speed), 1e-9)
+    comm_bound = total_bytes / (min(up_min, down_min) * _GBPS)
     p0, c0 = float(current.partition_bytes), float(current.credit_bytes)
     v = [
-        np.log(n), np.log(l), *arch,
-        np.log(total_b / _MB), np.log(comp_mean), np.log(max(float(f.forward_s.mean()), 1e-6)),
-        np.log(max(float(compute.max()), 1e-6) / comp_mean),
-        np.log(up.min()), np.log(up.mean()), np.log(up.max()),
-        np.log(down.min()), np.log(down.mean()), np.log(down.max()),
-        np.log(comm_bound / comp_mean),
-        np.log(speed), np.log(per_worker * comp_mean),  # per-worker samples per compute-second: efficiency
+        np.log(n), np.log(l), *[1.0 if arch == a else 0.0 for a in ARCHITECTURES],
+        np.log(total_bytes / _MB), np.log(comp), np.log(max(forward_s, 1e-6)),
+        np.log(max(backward_max_s, 1e-9) / max(backward_s, 1e-9)),  # straggling
+        np.log(up_min), np.log(up_mean), np.log(down_min), np.log(down_mean),
+        np.log(comm_bound / comp),
+        np.log(speed), np.log(speed / n * comp),  # per-worker samples per compute-second: efficiency
         *[float(x) for x in _cfg_vec(np.array(p0), np.array(c0))],
-        np.log(p0 / total_b),
+        np.log(p0 / total_bytes),
     ]
-    out = np.array(v, dtype=np.float64)
-    assert out.shape == (F_JOB,), out.shape
-    return out
+    return np.array(v, dtype=np.float64)
 
 
 def featurize(f: RuntimeFeatures, current: Config, observed_speed: float) -> JobInputs:

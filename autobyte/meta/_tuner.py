@@ -22,7 +22,7 @@ from ._network import MetaNetwork, _NumpyHead
 _log = logging.getLogger("autobyte.meta")
 
 #: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
-_ENV = [5, 6, 7, 8, 9, 10, 11, 12, 13]
+_ENV = [5, 6, 7, 8, 9, 10, 11]
 
 
 class Adapter:

@@ -12,7 +12,7 @@ from autobyte import sim
 from autobyte.core.metrics import WindowStats
 from autobyte.core.space import Config, MiB, SearchSpace
 from autobyte.core.tuning import Controller, Observation
-from autobyte.meta import Adapter, AutoByteTuner
+from autobyte.meta import FEATURE_VERSION, Adapter, AutoByteTuner
 
 SPACE = SearchSpace.grid([MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
 
@@ -62,7 +62,7 @@ def test_zero_sample_and_missing_statistics_windows_fall_back_via_controller(fre
 def test_corrupted_weights_file_is_a_clear_error(tmp_path):
     p = tmp_path / "x.weights.h5"
     p.write_bytes(b"\x89HDF\r\n" + b"0" * 100)
-    (tmp_path / "x.weights.h5.json").write_text(json.dumps({"format": "autobyte-meta-network", "feature_version": 1,
+    (tmp_path / "x.weights.h5.json").write_text(json.dumps({"format": "autobyte-meta-network", "feature_version": FEATURE_VERSION,
                                                             "shape": {"layer_embed": 8, "lstm_units": 8, "job_units": 8, "head_units": [16, 16]}}))
     with pytest.raises(ValueError, match=r"corrupted or not an autobyte meta-network"):
         AutoByteTuner(weights=str(p))
