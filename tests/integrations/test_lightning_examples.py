@@ -49,12 +49,27 @@ def test_example_runs_as_written(tmp_path):
     assert "done: 60 steps" in out
 
 
-def test_ddp_spawn(tmp_path):
-    # The Trainer pickles the callback into 2 spawned processes; the parent gets the logged metrics back.
+def test_ddp_notebook(tmp_path):
+    # Lightning's multiprocessing launcher (fork here; ddp_spawn is the same launcher with the callback
+    # pickled, see test_callback_survives_pickling): 2 children train, the parent gets the logged metrics back.
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, SPAWN, "ddp_spawn"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    p = subprocess.run([sys.executable, SPAWN, "ddp_notebook"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     assert "over 2 ranks" in out and "AutoByte reconfigured at step" in out
     metrics = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
     assert metrics["autobyte/partition_bytes"] == 1024.0 and metrics["autobyte/credit_bytes"] in (1024.0, 4096.0)
+
+
+def test_callback_survives_pickling():
+    # ddp_spawn pickles the Trainer, and so the callback, into each child process.
+    import pickle
+
+    from autobyte.core import KiB
+    from autobyte.core.tuners import GridTuner
+    from autobyte.integrations.lightning import AutoByteCallback
+
+    for tuner in ("autobyte", GridTuner(), None):
+        cb = AutoByteCallback(tuner, partition_bytes=8 * KiB, credit_bytes=32 * KiB, window_iters=4)
+        back = pickle.loads(pickle.dumps(cb))
+        assert back.initial == cb.initial and back.window_iters == 4 and back.state_key == cb.state_key

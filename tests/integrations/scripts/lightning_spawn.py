@@ -1,7 +1,8 @@
-"""Lightning's ddp_spawn with AutoByteCallback (run by tests/integrations/test_lightning_examples.py).
+"""Lightning's multiprocessing launcher (ddp_spawn / ddp_notebook) with AutoByteCallback.
 
-The Trainer pickles the callback into 2 spawned processes; the parent gets the
-logged metrics back. Prints one JSON line with what the parent sees.
+usage: lightning_spawn.py STRATEGY  (run by tests/integrations/test_lightning_examples.py)
+The Trainer starts 2 child processes; the parent gets the logged metrics back.
+Prints one JSON line with what the parent sees.
 """
 
 from __future__ import annotations
