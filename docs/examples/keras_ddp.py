@@ -50,7 +50,7 @@ def main() -> None:
     ])
     model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    model.fit(x, y, batch_size=32, epochs=1, callbacks=[cb])
+    model.fit(x, y, batch_size=32, epochs=1, verbose=2 if cb.rank == 0 else 0, callbacks=[cb])
 
     # Both processes hold the same weights: compare a checksum.
     mine = torch.tensor([sum(float(np.abs(w).sum()) for w in model.get_weights())], dtype=torch.float64)
