@@ -49,11 +49,13 @@ def test_example_runs_as_written(tmp_path):
     assert "done: 60 steps" in out
 
 
-def test_ddp_notebook(tmp_path):
-    # Lightning's multiprocessing launcher (fork here; ddp_spawn is the same launcher with the callback
-    # pickled, see test_callback_survives_pickling): 2 children train, the parent gets the logged metrics back.
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_notebook"])
+def test_lightning_starts_the_processes(tmp_path, strategy):
+    # "ddp": Lightning re-runs the script for rank 1 (what `python train.py` does for users).
+    # "ddp_notebook": Lightning's multiprocessing launcher (fork here; ddp_spawn is the same launcher with
+    # the callback pickled, see test_callback_survives_pickling); the parent gets the logged metrics back.
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, SPAWN, "ddp_notebook"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    p = subprocess.run([sys.executable, SPAWN, strategy], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     assert "over 2 ranks" in out and "AutoByte reconfigured at step" in out
