@@ -135,7 +135,7 @@ class AutoByteCallback(*_callback_bases()):  # type: ignore[misc]
             16-bit mixed precision with a grad scaler.
         space: candidate configurations for the tuner (default
             :meth:`SearchSpace.default`).
-        verbose: print each decision on rank 0 (default True).
+        verbose: print the set-up and each reconfiguration on rank 0 (default True).
         timeout_s: longest wait for a peer rank before failing (default 300).
 
     Raises:
@@ -282,6 +282,8 @@ class AutoByteCallback(*_callback_bases()):  # type: ignore[misc]
             self.decisions = [dict(d) for d in self._restored.get("decisions", [])]
             self._restored = None
         h = self.handle
+        if not self.verbose:
+            return
         if h.world_size == 1:
             _rank_zero_info(trainer, f"AutoByte: world size 1, nothing to synchronise; collecting statistics only ({h.config}).")
         else:
