@@ -14,10 +14,11 @@ A measurement is one launch of 2 workers on the testbed
 (:class:`autobyte.testbed.Testbed`) training the CNN of
 :func:`autobyte.bench.models.make_cnn` with the scheduled engine
 (:func:`autobyte.integrations.torch.schedule`) through a list of
-*segments*: each segment sets a link rate (an iteration-keyed bandwidth
-trace, so the change lands exactly at the segment's first iteration) and a
-``<partition, credit>`` config, runs ``warmup`` iterations, then measures
-``iters`` iterations. Every rank writes ``rank<R>.json``: per-iteration wall
+*segments*: each segment has a link rate and a ``<partition, credit>``
+config, runs ``warmup`` iterations, then measures ``iters`` iterations.
+Consecutive segments at one rate share a launch (links shaped at that
+constant rate); between segments the config changes with the engine's
+``reconfigure`` at an iteration boundary. Every rank writes ``rank<R>.json``: per-iteration wall
 times, the engine's :class:`~autobyte.core.metrics.WindowStats` of every
 segment's measured window, and a per-layer compute profile taken on the
 same CPU before training (:func:`autobyte.sim.profile_module`).
@@ -96,7 +97,7 @@ class Segment:
                    int(d["iters"]), int(d.get("rep", 0)))
 
 
-def estimate_iter_s(rate_mbit: float, compute_s: float = 0.12, model_bytes: int = CNN_BYTES) -> float:
+def estimate_iter_s(rate_mbit: float, compute_s: float = 0.25, model_bytes: int = CNN_BYTES) -> float:
     """Rough iteration time at ``rate_mbit`` (for sizing segments): max(compute, 2 workers' ring bytes / goodput)."""
     return max(compute_s, model_bytes * 8 / (0.9 * rate_mbit * 1e6))
 
@@ -116,24 +117,37 @@ def schedule_segments(
     min_iters: int = 6,
     max_iters: int = 40,
     seed: int = 0,
-    order: str = "rate-blocks",
+    order: str = "rate-runs",
 ) -> list[Segment]:
     """Every (rate, config) ``reps`` times, interleaved.
 
-    ``order="rate-blocks"``: each repetition visits the rates in a random order
+    ``order="rate-runs"`` (default): the rates in a random order, each visited
+    once, and at each rate every repetition runs the configs in a new random
+    order (one launch per rate at a constant shaped rate: see :func:`measure`).
+    ``"rate-blocks"``: each repetition visits the rates in a random order
     and, within a rate, the configs in a random order (one rate change per
     block: few slow-start transients). ``"shuffle"``: every point in a random
     order. Repetitions are drawn independently, so slow drift of the shared
     machine's load spreads over every point instead of biasing some.
     """
-    if order not in ("rate-blocks", "shuffle"):
-        raise ValueError(f"order must be 'rate-blocks' or 'shuffle', but got order={order!r}.")
+    if order not in ("rate-runs", "rate-blocks", "shuffle"):
+        raise ValueError(f"order must be 'rate-runs', 'rate-blocks' or 'shuffle', but got order={order!r}.")
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
         raise ValueError(f"reps must be a positive integer, but got reps={reps!r}.")
     if not rates_mbit or not configs:
         raise ValueError("rates_mbit and configs must both be non-empty.")
     rng = random.Random(seed)
     out: list[Segment] = []
+    if order == "rate-runs":
+        rs = list(rates_mbit)
+        rng.shuffle(rs)
+        for r in rs:
+            n = size_segment(r, target_s, min_iters=min_iters, max_iters=max_iters)
+            for rep in range(reps):
+                cs = list(configs)
+                rng.shuffle(cs)
+                out += [Segment(float(r), c, warmup, n, rep) for c in cs]
+        return out
     for rep in range(reps):
         points = [(r, c) for r in rates_mbit for c in configs]
         if order == "shuffle":
@@ -151,26 +165,6 @@ def schedule_segments(
     return out
 
 
-def segments_trace(segments: Sequence[Segment]) -> Any:
-    """The iteration-keyed :class:`autobyte.testbed.BandwidthTrace` that sets each segment's rate
-    at its second iteration (the first one of the run at 0)."""
-    from ..testbed import BandwidthTrace, RateChange
-
-    changes = []
-    it = 0
-    prev = None
-    for s in segments:
-        if s.rate_mbit != prev:
-            # One iteration after the config switch (inside the warm-up): a
-            # re-shape in the very iteration whose first collective carries the
-            # new plan's issue order hung both ranks on the testbed (seen with
-            # the torch engine, 1000 -> 300 Mbit/s with 4 MiB -> 1 MiB).
-            changes.append(RateChange(it + 1 if it else 0, s.rate_mbit, unit="it"))
-            prev = s.rate_mbit
-        it += s.length
-    return BandwidthTrace(tuple(changes))
-
-
 @dataclass
 class Measurement:
     """What one launch measured (read back from the ranks' files).
@@ -183,7 +177,8 @@ class Measurement:
             ``backward_s``, ``layer_names``, ``batch_size``, ``compute_only_s``).
         tensor_bytes: the engine's gradient tensors' bytes (the granularity of
             ``WindowStats.layer_backward_s``).
-        info: the spec and timing of the launch.
+        info: the spec and timing of the launch(es).
+        iter_s_by_rank: per segment, per rank, its measured iterations' wall times.
     """
 
     segments: list[Segment]
@@ -192,6 +187,7 @@ class Measurement:
     profile: dict[str, Any]
     tensor_bytes: list[int]
     info: dict[str, Any] = field(default_factory=dict)
+    iter_s_by_rank: list[list[list[float]]] = field(default_factory=list)
 
     def segment_iter_s(self, i: int) -> float:
         """Mean iteration time of segment ``i`` (rank 0, measured iterations)."""
@@ -199,7 +195,14 @@ class Measurement:
 
 
 def read_measurement(out_dir: str) -> Measurement:
-    """Read what :func:`measure` (the ranks) wrote into ``out_dir``."""
+    """Read what :func:`measure` wrote into ``out_dir`` (its ``launch-NN`` folders, or one launch's files)."""
+    launches = sorted(d for d in os.listdir(out_dir) if d.startswith("launch-")) if os.path.isdir(out_dir) else []
+    if launches:
+        return _merge([_read_launch(os.path.join(out_dir, d)) for d in launches])
+    return _read_launch(out_dir)
+
+
+def _read_launch(out_dir: str) -> Measurement:
     from ..core.metrics import WindowStats
 
     ranks = []
@@ -212,7 +215,8 @@ def read_measurement(out_dir: str) -> Measurement:
         raise FileNotFoundError(f"out_dir must hold the ranks' rank0.json, but {out_dir!r} has none (did the launch fail?).")
     segs = [Segment.from_dict(d) for d in ranks[0]["segments"]]
     windows = [[WindowStats.from_vector(rk["windows"][i]) for rk in ranks] for i in range(len(segs))]
-    return Measurement(segs, ranks[0]["iter_s"], windows, ranks[0]["profile"], ranks[0]["tensor_bytes"], ranks[0]["info"])
+    by_rank = [[rk["iter_s"][i] for rk in ranks] for i in range(len(segs))]
+    return Measurement(segs, ranks[0]["iter_s"], windows, ranks[0]["profile"], ranks[0]["tensor_bytes"], ranks[0]["info"], by_rank)
 
 
 def measure(
@@ -222,11 +226,20 @@ def measure(
     batch_size: int = 16,
     width: int = 32,
     hidden: int = 1536,
+    profile_runs: int = 8,
     timeout_s: float = 1800.0,
     log: Callable[[str], None] = print,
 ) -> Measurement:
-    """Run ``segments`` in one launch of 2 workers on the testbed (needs root) and read the result."""
-    from ..testbed import Testbed
+    """Run ``segments`` on the testbed with 2 workers (needs root) and read the result.
+
+    Consecutive segments at one rate run in one launch whose links are shaped
+    at that constant rate (``out_dir/launch-NN/``); every change of rate
+    starts a new launch. Re-shaping links under live gloo traffic
+    (``tc qdisc change``) left TCP connections of the run in retransmission
+    back-off with every retransmit dropped (RTO 26-52 s, both ranks stuck in
+    a collective) several times on this host, so rates never change inside
+    a measured launch.
+    """
     from ..testbed._netns import require_root
 
     require_root()
@@ -234,24 +247,64 @@ def measure(
     if not segments:
         raise ValueError("segments must hold at least one Segment, but got none.")
     os.makedirs(out_dir, exist_ok=True)
-    spec = {"segments": [s.to_dict() for s in segments], "batch_size": batch_size, "width": width, "hidden": hidden}
+    runs: list[list[Segment]] = []
+    for seg in segments:
+        if runs and runs[-1][-1].rate_mbit == seg.rate_mbit:
+            runs[-1].append(seg)
+        else:
+            runs.append([seg])
+    t0 = time.monotonic()
+    parts = []
+    for i, run in enumerate(runs):
+        d = os.path.join(out_dir, f"launch-{i:02d}")
+        parts.append(_launch(run, d, batch_size=batch_size, width=width, hidden=hidden, profile_runs=profile_runs,
+                             timeout_s=max(60.0, timeout_s - (time.monotonic() - t0)), log=log))
+    m = _merge(parts)
+    m.info["wall_s"] = time.monotonic() - t0
+    m.info["launches"] = len(parts)
+    with open(os.path.join(out_dir, "measurement.json"), "w") as f:
+        json.dump({"launches": [f"launch-{i:02d}" for i in range(len(parts))], "wall_s": m.info["wall_s"]}, f)
+    log(f"  measured in {m.info['wall_s']:.0f} s ({len(parts)} launches)")
+    return m
+
+
+def _launch(segments: list[Segment], out_dir: str, *, batch_size: int, width: int, hidden: int, profile_runs: int,
+            timeout_s: float, log: Callable[[str], None]) -> Measurement:
+    from ..testbed import Testbed
+
+    os.makedirs(out_dir, exist_ok=True)
+    spec = {"segments": [s.to_dict() for s in segments], "batch_size": batch_size, "width": width, "hidden": hidden,
+            "profile_runs": profile_runs}
     spec_path = os.path.join(out_dir, "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    trace = segments_trace(segments)
     cmd = [sys.executable, "-m", "autobyte.bench.collect", "rank", spec_path, out_dir]
     t0 = time.monotonic()
+    rate = segments[0].rate_mbit
     n_it = sum(s.length for s in segments)
-    log(f"  launch: 2 workers, {len(segments)} segments, {n_it} iterations")
+    log(f"  launch at {rate:g} Mbit/s: 2 workers, {len(segments)} segments, {n_it} iterations")
     env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    with open(os.path.join(out_dir, "launch.log"), "w") as f, Testbed(2, trace=trace) as tb:
+    with open(os.path.join(out_dir, "launch.log"), "w") as f, Testbed(2, bandwidth_mbit=rate) as tb:
         rc = tb.run(cmd, timeout_s=timeout_s, events_log=os.path.join(out_dir, "events.jsonl"), env=env, stdout=f)
     if rc != 0:
         raise RuntimeError(f"measurement in {out_dir} failed with exit code {rc}; see {out_dir}/launch.log")
-    m = read_measurement(out_dir)
+    m = _read_launch(out_dir)
     m.info["wall_s"] = time.monotonic() - t0
-    log(f"  done in {m.info['wall_s']:.0f} s")
+    log(f"    done in {m.info['wall_s']:.0f} s")
     return m
+
+
+def _merge(parts: Sequence[Measurement]) -> Measurement:
+    """One :class:`Measurement` from launches in order; ``compute_only_s`` pools every launch's plain steps."""
+    first = parts[0]
+    profile = dict(first.profile)
+    profile["compute_only_s"] = [v for p in parts for v in p.profile["compute_only_s"][1:]]
+    profile["compute_only_s_per_launch"] = [p.profile["compute_only_s"] for p in parts]
+    return Measurement(
+        [s for p in parts for s in p.segments], [x for p in parts for x in p.iter_s], [w for p in parts for w in p.windows],
+        profile, first.tensor_bytes, {"spec": first.info.get("spec"), "launch_wall_s": [p.info.get("wall_s") for p in parts]},
+        [x for p in parts for x in p.iter_s_by_rank] if all(p.iter_s_by_rank for p in parts) else [],
+    )
 
 
 # --------------------------------------------------------------------------- rank side

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
+
+from ._state import TestbedError
 
 _EPILOG = """\
 examples:
@@ -48,6 +51,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--state-dir", help="where run state files live (default /run/autobyte)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="command run in every worker namespace (after --)")
     p.set_defaults(func=_main)
+    _register_calibrate(subparsers)
 
 
 def _fail(msg: str, code: int = 2) -> int:
@@ -125,11 +129,78 @@ def _main(args: argparse.Namespace) -> int:
         return _fail(str(exc), 1)
 
 
+_CALIBRATE_EPILOG = """\
+examples:
+  autobyte calibrate --out runs/calib                 (full grid: 5 rates x 8 configs x 3 repetitions, ~13 min)
+  autobyte calibrate --out runs/calib-quick --quick   (smoke: 1 rate, 3 configs, < 60 s)
+  autobyte calibrate --out runs/refit --from-raw runs/calib/raw   (re-fit and redraw, no measuring)
+"""
+
+
+def _register_calibrate(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit the simulator to real training on the testbed and report its error (needs root)",
+        description="Measure 2-worker training over a grid of link rates x configs on the testbed, fit the simulator's "
+                    "per-message overhead, latency, link efficiency and compute model, and report the error. "
+                    "See docs/calibration.md.",
+        epilog=_CALIBRATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, help="output folder (raw data, CSV, params.json, errors.md, figures)")
+    p.add_argument("--quick", action="store_true", help="smoke run: one rate, three configs, one repetition (< 60 s)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions of every grid point (default 3; 1 with --quick)")
+    p.add_argument("--rates-mbit", default=None, help="comma-separated link rates, Mbit/s (default 100,300,1000,3000,40000)")
+    p.add_argument("--from-raw", metavar="DIR", default=None, help="re-fit from a previous run's raw/ folder instead of measuring")
+    p.add_argument("--starts", type=int, default=3, help="least-squares starts (default 3)")
+    p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the measurement after this many seconds (default 1800)")
+    p.set_defaults(func=_calibrate)
+
+
+def _cal_fail(msg: str, code: int = 2) -> int:
+    print(f"autobyte calibrate: error: {msg}", file=sys.stderr)
+    return code
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .calibrate import CalibrationPlan, run_calibration
+
+    try:
+        plan = CalibrationPlan.quick() if args.quick else CalibrationPlan()
+        if args.reps is not None:
+            plan = dataclasses.replace(plan, reps=args.reps)
+        if args.rates_mbit is not None:
+            try:
+                rates = tuple(float(r) for r in args.rates_mbit.split(",") if r.strip())
+            except ValueError:
+                return _cal_fail(f"--rates-mbit must be comma-separated numbers, but got --rates-mbit={args.rates_mbit!r}.")
+            plan = dataclasses.replace(plan, rates_mbit=rates)
+        if args.starts < 1:
+            return _cal_fail(f"--starts must be a positive integer, but got --starts={args.starts!r}.")
+        if not args.timeout_s > 0:
+            return _cal_fail(f"--timeout-s must be a positive number of seconds, but got --timeout-s={args.timeout_s!r}.")
+        if args.from_raw is None:
+            from ._netns import require_root
+
+            require_root()
+        run_calibration(plan, args.out, from_raw=args.from_raw, n_starts=args.starts, timeout_s=args.timeout_s)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        return _cal_fail(str(exc))
+    except (TestbedError, OSError, RuntimeError) as exc:
+        return _cal_fail(str(exc), 1)
+    with open(os.path.join(args.out, "errors.md")) as f:
+        print(f.read())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autobyte.testbed._cli ...``: the ``launch`` command alone."""
+    """``python -m autobyte.testbed._cli ...``: the ``launch`` command alone (``calibrate ...``: that command)."""
     parser = argparse.ArgumentParser(prog="autobyte")
     register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["launch", *(sys.argv[1:] if argv is None else argv)])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv if argv[:1] == ["calibrate"] else ["launch", *argv])
     return int(args.func(args) or 0)
 
 
