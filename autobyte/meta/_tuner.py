@@ -34,8 +34,10 @@ class Adapter:
     Args:
         net: the meta-network (its head is updated in place).
         time_budget_s: wall-clock bound of one adaptation (1.0).
-        learning_rate: Adam step size (1e-3).
+        learning_rate: Adam step size (3e-3).
         max_epochs: full-batch steps over the replay buffer (300), cut by the time budget.
+        anchor: L2 pull towards the offline head weights (L2-SP), against forgetting (1e-2).
+        n_layers: dense layers of the head fine-tuned, counted from the output (1..3).
             Few, small steps on the head only keep the offline knowledge.
 
     Raises:
@@ -43,7 +45,8 @@ class Adapter:
     """
 
     def __init__(
-        self, net: MetaNetwork, *, time_budget_s: float = 1.0, learning_rate: float = 1e-3, max_epochs: int = 300
+        self, net: MetaNetwork, *, time_budget_s: float = 1.0, learning_rate: float = 3e-3, max_epochs: int = 300,
+        anchor: float = 1e-2, n_layers: int = 3,
     ) -> None:
         for name, v in (("time_budget_s", time_budget_s), ("learning_rate", learning_rate)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -54,6 +57,13 @@ class Adapter:
         self.time_budget_s = float(time_budget_s)
         self.learning_rate = float(learning_rate)
         self.max_epochs = max_epochs
+        if isinstance(anchor, bool) or not isinstance(anchor, (int, float)) or not math.isfinite(anchor) or anchor < 0:
+            raise ValueError(f"anchor must be a non-negative finite number, but got anchor={anchor!r}.")
+        self.anchor = float(anchor)
+        if n_layers not in (1, 2, 3):
+            raise ValueError(f"n_layers must be 1, 2 or 3 (dense layers of the head fine-tuned, from the top), but got n_layers={n_layers!r}.")
+        self.n_layers = n_layers
+        self._offline = [p.copy() for kb in net._np_head.d for p in kb]
         self._thread: threading.Thread | None = None
         self.n_runs = 0
         self.last_duration_s = 0.0
@@ -106,8 +116,10 @@ class Adapter:
         b1, b2, lr = 0.9, 0.999, self.learning_rate
         n = len(y)
         first = last = float("nan")
+        t_step = 0.0
         for step in range(1, self.max_epochs + 1):
-            if time.perf_counter() - t0 > self.time_budget_s:
+            now = time.perf_counter()
+            if now - t0 + 2 * t_step > self.time_budget_s:  # stop before the budget, not after
                 break
             k1, c1, k2, c2, k3, c3 = params
             a1 = x0 @ k1 + c1
@@ -126,9 +138,14 @@ class Adapter:
             g_a1 = (g_a2 @ k2.T) * (a1 > 0)
             g_k1, g_c1 = x0.T @ g_a1, g_a1.sum(0)
             for i, g in enumerate((g_k1, g_c1, g_k2, g_c2, g_k3, g_c3)):
+                if i < 6 - 2 * self.n_layers:
+                    continue  # frozen lower layer of the head
+                if self.anchor:
+                    g = g + 2.0 * self.anchor * (params[i] - self._offline[i])
                 m[i] = b1 * m[i] + (1 - b1) * g
                 v[i] = b2 * v[i] + (1 - b2) * g * g
                 params[i] -= lr * (m[i] / (1 - b1**step)) / (np.sqrt(v[i] / (1 - b2**step)) + 1e-8)
+            t_step = max(t_step, time.perf_counter() - now)
         if not all(np.all(np.isfinite(p)) for p in params):
             raise FloatingPointError("adaptation diverged")
         new = _NumpyHead.__new__(_NumpyHead)

@@ -132,3 +132,18 @@ def test_dataset_roundtrip_and_split_disjoint(small_data, tmp_path):
     np.testing.assert_allclose(y, np.log(d.speed / d.observed[d.row_ctx]), rtol=1e-5)
     # the configuration in force is among each window's rows, with ratio 1
     assert np.sum(np.abs(y) < 1e-6) >= len(d.observed)
+
+
+def test_shipped_weights_load_and_score():
+    from autobyte.meta import default_weights_path
+
+    assert default_weights_path().stat().st_size < 5 * 2**20  # a few MB at most
+    net = MetaNetwork.load_default()
+    assert net.info["heldout"]["heldout_model"]["mape"] < 0.10
+    from autobyte import sim
+
+    res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(4, 10, "ps"), Config(4 * MiB, 8 * MiB), n_iters=2)
+    f = res.features()
+    job = featurize(f, Config(4 * MiB, 8 * MiB), float(f.speed.sum()))
+    sp = net.predict_speeds(job, SearchSpace.default().to_array())
+    assert np.all(np.isfinite(sp)) and np.all(sp > 0)
