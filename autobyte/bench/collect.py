@@ -307,6 +307,295 @@ def _merge(parts: Sequence[Measurement]) -> Measurement:
     )
 
 
+# --------------------------------------------------------------------------- real rows for the meta-network
+#: Link rates of ``autobyte collect`` (Mbit/s): communication-bound, middle, compute-bound on this CPU,
+#: none of them a calibration rate.
+COLLECT_RATES_MBIT: tuple[float, ...] = (150.0, 500.0, 2000.0)
+#: Configs measured per condition: the rows are every ordered pair of them.
+COLLECT_CONFIGS: tuple[Config, ...] = (
+    Config(64 * KiB, 128 * KiB), Config(128 * KiB, 512 * KiB), Config(256 * KiB, 256 * KiB), Config(512 * KiB, 2 * MiB),
+    Config(1 * MiB, 2 * MiB), Config(2 * MiB, 8 * MiB), Config(4 * MiB, 4 * MiB), Config(16 * MiB, 16 * MiB),
+)
+#: ``meta.json`` ``spec.source`` of real data.
+SOURCE = "autobyte-testbed"
+
+
+def conditions(measurement: Measurement) -> list[list[int]]:
+    """Segment indices grouped into *conditions*: consecutive segments at one rate and repetition."""
+    out: list[list[int]] = []
+    for i, s in enumerate(measurement.segments):
+        prev = measurement.segments[i - 1] if i else None
+        if prev is not None and prev.rate_mbit == s.rate_mbit and prev.rep == s.rep:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def write_dataset(measurements: Sequence[Measurement], out_dir: str, *, model_name: str = "cnn-3.4M",
+                  min_configs: int = 2) -> dict[str, Any]:
+    """Write real windows as a dataset in the simulator dataset's format (``docs/simulator.md``, "Dataset").
+
+    Each condition (one rate, one repetition; the configs measured one after
+    the other within minutes at that rate) gives ``K*K`` rows: the statistics
+    the engine measured under ``c0`` over its window, a candidate ``c``
+    measured in the same condition, and the label, the real cluster samples/s
+    under ``c`` (from each rank's iteration wall times, so synchronisation
+    waits count). ``layer_*`` arrays are per gradient tensor of the engine
+    (weights and biases apart), the granularity a live tuner sees.
+    ``link_gbps_*`` is the shaped rate; ``compute_scale_mean`` is 1 (nothing
+    was configured; the shared CPU's own load varies).
+
+    Returns:
+        ``{"rows", "conditions", "path"}``.
+
+    Raises:
+        ValueError: no condition with at least ``min_configs`` configs.
+    """
+    from ..sim.dataset import FLAT_COLUMNS, FORMAT, ROW_COLUMNS, VERSION, WINDOW_ITERS
+
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in ROW_COLUMNS}
+    flat: dict[str, list[np.ndarray]] = {k: [] for k in FLAT_COLUMNS}
+    flat_len = 0
+    ci = 0
+    tensor_bytes: list[int] = []
+    bwd_all: list[np.ndarray] = []
+    fwd_all: list[float] = []
+    batch = 0
+    for m in measurements:
+        if tensor_bytes and list(m.tensor_bytes) != tensor_bytes:
+            raise ValueError("measurements must all be of one model (same gradient tensors).")
+        tensor_bytes = [int(b) for b in m.tensor_bytes]
+        batch = int(m.profile["batch_size"])
+        for cond in conditions(m):
+            if len(cond) < min_configs:
+                continue
+            L = len(tensor_bytes)
+            K = len(cond)
+            o: dict[str, list[Any]] = {k: [] for k in ("partition", "credit", "speed", "forward_s", "bw", "bw_min",
+                                                         "ws_mean", "ws_min", "lb_mean", "lb_max")}
+            for i in cond:
+                seg, ws = m.segments[i], m.windows[i]
+                per_rank = m.iter_s_by_rank[i] if m.iter_s_by_rank else [m.iter_s[i]] * len(ws)
+                wspeed = np.array([batch / float(np.mean(x)) for x in per_rank])
+                n = len(ws)
+                lf = 2.0 * (n - 1) / n if n > 1 else 1.0
+                bw = np.array([w.bandwidth_Bps for w in ws]) * lf
+                T = np.array([w.layer_backward_s for w in ws])
+                o["partition"].append(seg.config.partition_bytes)
+                o["credit"].append(seg.config.credit_bytes)
+                o["speed"].append(float(wspeed.sum()))
+                o["forward_s"].append(float(np.mean([w.forward_s for w in ws])))
+                o["bw"].append(float(bw.mean()))
+                o["bw_min"].append(float(bw.min()))
+                o["ws_mean"].append(float(wspeed.mean()))
+                o["ws_min"].append(float(wspeed.min()))
+                o["lb_mean"].append(T.mean(axis=0))
+                o["lb_max"].append(T.max(axis=0))
+                bwd_all.append(T.mean(axis=0))
+                fwd_all.append(float(np.mean([w.forward_s for w in ws])))
+            flat["layer_backward_mean"].append(np.concatenate(o["lb_mean"]).astype(np.float32))
+            flat["layer_backward_max"].append(np.concatenate(o["lb_max"]).astype(np.float32))
+            starts = flat_len + L * np.arange(K)
+            flat_len += L * K
+            cur, cand = np.meshgrid(np.arange(K), np.arange(K), indexing="ij")
+            cur, cand = cur.ravel(), cand.ravel()
+            arr = {k: np.asarray(v) for k, v in o.items() if k not in ("lb_mean", "lb_max")}
+            rate_gbps = m.segments[cond[0]].rate_mbit / 1000.0
+            nr = K * K
+            cols = {
+                "condition": np.full(nr, ci, np.int64), "arch": np.zeros(nr, np.int8),
+                "n_workers": np.full(nr, len(m.windows[cond[0]]), np.int16), "model": np.zeros(nr, np.int16),
+                "n_layers": np.full(nr, L, np.int32),
+                "partition_cur": arr["partition"][cur].astype(np.int64), "credit_cur": arr["credit"][cur].astype(np.int64),
+                "partition": arr["partition"][cand].astype(np.int64), "credit": arr["credit"][cand].astype(np.int64),
+                "speed": arr["speed"][cand].astype(np.float64), "speed_cur": arr["speed"][cur].astype(np.float64),
+                "forward_s": arr["forward_s"][cur].astype(np.float32),
+                "bw_up_mean": arr["bw"][cur].astype(np.float32), "bw_up_min": arr["bw_min"][cur].astype(np.float32),
+                "bw_down_mean": arr["bw"][cur].astype(np.float32), "bw_down_min": arr["bw_min"][cur].astype(np.float32),
+                "worker_speed_mean": arr["ws_mean"][cur].astype(np.float32),
+                "worker_speed_min": arr["ws_min"][cur].astype(np.float32),
+                "layer_start": starts[cur].astype(np.int64),
+                "link_gbps_mean": np.full(nr, rate_gbps, np.float32), "link_gbps_min": np.full(nr, rate_gbps, np.float32),
+                "compute_scale_mean": np.ones(nr, np.float32),
+            }
+            for k in ROW_COLUMNS:
+                rows[k].append(cols[k])
+            ci += 1
+    if ci == 0:
+        raise ValueError(f"measurements hold no condition with at least min_configs={min_configs} configs at one rate.")
+    os.makedirs(out_dir, exist_ok=True)
+    data = {k: np.concatenate(v) for k, v in rows.items()}
+    data.update({k: np.concatenate(v) for k, v in flat.items()})
+    shard = os.path.join(out_dir, "shard-00000.npz")
+    tmp = shard + ".tmp.npz"
+    np.savez(tmp, **data)
+    os.replace(tmp, shard)
+    bwd = np.mean(bwd_all, axis=0)
+    meta = {
+        "format": FORMAT, "version": VERSION,
+        "spec": {"source": SOURCE, "n_samples": int(data["speed"].size), "conditions": ci,
+                 "note": "real 2-worker training on the autobyte testbed (autobyte collect); one condition = one rate and "
+                         "repetition; layers are the engine's gradient tensors"},
+        "window_iters": WINDOW_ITERS, "n_shards": 1, "arch_codes": {"allreduce": 0, "ps": 1},
+        "row_columns": ROW_COLUMNS, "flat_columns": FLAT_COLUMNS,
+        "models": [{"name": model_name, "layer_bytes": tensor_bytes, "batch_size": batch,
+                    # measured: per-tensor backward (mean over every window), forward as a whole spread evenly
+                    "forward_s": [float(np.mean(fwd_all)) / len(tensor_bytes)] * len(tensor_bytes),
+                    "backward_s": [float(v) for v in bwd]}],
+    }
+    tmp_meta = os.path.join(out_dir, "meta.json.tmp")
+    with open(tmp_meta, "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(tmp_meta, os.path.join(out_dir, "meta.json"))
+    return {"rows": int(data["speed"].size), "conditions": ci, "path": out_dir}
+
+
+def collect(
+    out: str,
+    *,
+    rates_mbit: Sequence[float] = COLLECT_RATES_MBIT,
+    configs: Sequence[Config] = COLLECT_CONFIGS,
+    reps: int = 2,
+    window_iters: int = 10,
+    warmup: int = 2,
+    seed: int = 1,
+    timeout_s: float = 1800.0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Measure real windows on the testbed (needs root) and write them as a meta-network dataset.
+
+    Every rate is one launch; at each rate every repetition measures every
+    config for ``window_iters`` iterations after ``warmup``, in a new random
+    order. Writes ``out/raw/`` (the ranks' JSON) and ``out/data/`` (the
+    dataset: ``meta.json`` + ``shard-00000.npz``).
+    """
+    segs = schedule_segments(rates_mbit, configs, reps=reps, warmup=warmup, min_iters=window_iters,
+                             max_iters=window_iters, seed=seed)
+    log(f"autobyte collect: {len(rates_mbit)} rates x {len(configs)} configs x {reps} repetitions, "
+        f"windows of {window_iters} iterations")
+    m = measure(segs, os.path.join(out, "raw"), timeout_s=timeout_s, log=log, profile_runs=3)
+    res = write_dataset([m], os.path.join(out, "data"))
+    log(f"wrote {res['rows']} rows from {res['conditions']} conditions to {res['path']}/")
+    return res
+
+
+def meta_contexts(measurement: Measurement) -> list[dict[str, Any]]:
+    """Every (condition, current config) window as the live tuner sees it, with its condition's candidates.
+
+    Returns dicts with ``features`` (:class:`~autobyte.core.metrics.RuntimeFeatures`
+    from the engine's windows of every rank), ``current`` (:class:`Config`),
+    ``observed`` (real cluster samples/s under it), ``rate_mbit``, ``rep``,
+    ``candidates`` ``(K, 2)`` and ``speed`` ``(K,)`` (real cluster samples/s).
+    """
+    from ..core.metrics import RuntimeFeatures
+
+    out = []
+    batch = int(measurement.profile["batch_size"])
+    for cond in conditions(measurement):
+        speeds, cands = [], []
+        for i in cond:
+            per_rank = measurement.iter_s_by_rank[i] if measurement.iter_s_by_rank else [measurement.iter_s[i]]
+            speeds.append(sum(batch / float(np.mean(x)) for x in per_rank))
+            c = measurement.segments[i].config
+            cands.append([c.partition_bytes, c.credit_bytes])
+        for j, i in enumerate(cond):
+            ws = measurement.windows[i]
+            n = len(ws)
+            f = RuntimeFeatures.from_windows("allreduce", measurement.tensor_bytes, ws, link_factor=2.0 * (n - 1) / n)
+            seg = measurement.segments[i]
+            out.append({"features": f, "current": seg.config, "observed": speeds[j], "rate_mbit": seg.rate_mbit,
+                        "rep": seg.rep, "candidates": np.array(cands, dtype=np.int64), "speed": np.array(speeds)})
+    return out
+
+
+def evaluate_meta(
+    raw_dirs: Sequence[str],
+    *,
+    weights: str | None = None,
+    holdout: str = "rep",
+    time_budget_s: float = 20.0,
+    max_epochs: int = 2000,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Prediction error of the meta-network on held-out real windows, before and after fine-tuning on the others.
+
+    The network (``weights``, default the shipped ones) predicts, for every
+    window, the speed of every candidate measured in the same condition.
+    Fine-tuning uses the meta side's own transfer learning
+    (:class:`autobyte.meta.Adapter`: encoder frozen, head fine-tuned) on the
+    rows of the *fit* windows, with a larger time budget than online.
+    ``holdout="rep"``: the last repetition of every rate is held out (same
+    rates, another time); ``"rate"``: the highest rate is held out.
+
+    Returns:
+        ``{"before": {"mape", "top1_within_5pct", "rows"}, "after": {...},
+        "fit_rows", "holdout", "weights"}``.
+
+    Raises:
+        FileNotFoundError: no weights at the given / shipped path (the
+            meta-network must be trained first: ``autobyte train-meta``).
+        ValueError: ``holdout`` unknown, or nothing left on one side of the split.
+    """
+    if holdout not in ("rep", "rate"):
+        raise ValueError(f"holdout must be 'rep' or 'rate', but got holdout={holdout!r}.")
+    from ..meta import Adapter, MetaNetwork, candidate_features, default_weights_path, featurize
+
+    path = weights or str(default_weights_path())
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"weights must name trained meta-network weights, but {path!r} does not exist "
+            "(no shipped weights yet: train them with `autobyte train-meta`, or pass --weights)."
+        )
+    ctxs = [c for d in raw_dirs for c in meta_contexts(read_measurement(d))]
+    if holdout == "rep":
+        last = max(c["rep"] for c in ctxs)
+        held = [c["rep"] == last for c in ctxs]
+    else:
+        top = max(c["rate_mbit"] for c in ctxs)
+        held = [c["rate_mbit"] == top for c in ctxs]
+    if all(held) or not any(held):
+        raise ValueError(f"holdout={holdout!r} leaves no window on one side (need at least 2 repetitions / rates).")
+    net = MetaNetwork.load(path)
+
+    def rows(sel: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
+        embs, cands, ys, spans = [], [], [], []
+        r = 0
+        for c in sel:
+            job = featurize(c["features"], c["current"], c["observed"])
+            emb = net.encode(job)
+            k = len(c["speed"])
+            embs.append(np.repeat(np.atleast_2d(emb), k, axis=0))
+            cands.append(candidate_features(job.layer_bytes, c["candidates"], c["current"]))
+            ys.append(np.log(c["speed"] / c["observed"]))
+            spans.append((r, r + k))
+            r += k
+        return np.concatenate(embs), np.concatenate(cands), np.concatenate(ys), spans
+
+    def score(sel: list[dict[str, Any]]) -> dict[str, float]:
+        emb, cand, y, spans = rows(sel)
+        pred = np.asarray(net.head_batch(emb, cand), dtype=np.float64).reshape(-1)
+        ape = np.abs(np.exp(pred - y) - 1.0)  # |predicted speed - real| / real
+        top = [float(np.exp(y[a:b][np.argmax(pred[a:b])]) >= 0.95 * np.exp(y[a:b]).max()) for a, b in spans]
+        return {"mape": float(ape.mean()), "median_ape": float(np.median(ape)), "top1_within_5pct": float(np.mean(top)),
+                "rows": int(y.size), "windows": len(sel)}
+
+    fit_ctx = [c for c, h in zip(ctxs, held) if not h]
+    test_ctx = [c for c, h in zip(ctxs, held) if h]
+    before = score(test_ctx)
+    before_fit = score(fit_ctx)
+    emb, cand, y, _ = rows(fit_ctx)
+    ad = Adapter(net, time_budget_s=time_budget_s, max_epochs=max_epochs)
+    ad.start(emb, cand, y, background=False)
+    after = score(test_ctx)
+    res = {"before": before, "after": after, "fit_before": before_fit, "fit_after": score(fit_ctx),
+           "fit_rows": int(y.size), "holdout": holdout, "weights": path, "adapt_s": ad.last_duration_s}
+    log(f"meta-network on held-out real windows ({holdout}): MAPE {100 * before['mape']:.1f}% -> {100 * after['mape']:.1f}% "
+        f"after fine-tuning on {res['fit_rows']} real rows; top-1 within 5%: {before['top1_within_5pct']:.2f} -> "
+        f"{after['top1_within_5pct']:.2f}")
+    return res
+
+
 # --------------------------------------------------------------------------- rank side
 def _rank_main(spec_path: str, out_dir: str) -> None:
     from ..integrations._imports import require_torch

@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="command run in every worker namespace (after --)")
     p.set_defaults(func=_main)
     _register_calibrate(subparsers)
+    _register_collect(subparsers)
 
 
 def _fail(msg: str, code: int = 2) -> int:
@@ -195,12 +196,77 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_collect(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "collect",
+        help="real samples for the meta-network on the testbed (needs root); --evaluate: its error before/after fine-tuning",
+        description="Measure real 2-worker training windows over link rates x configs on the testbed and write them in the "
+                    "simulator dataset's format; or, with --evaluate, score the meta-network on held-out real windows "
+                    "before and after fine-tuning on the others. See docs/calibration.md.",
+        epilog="examples:\n  autobyte collect --out runs/real\n"
+               "  autobyte collect --evaluate runs/real/raw --weights meta.weights.h5 --holdout rep\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", help="output folder (raw/ and data/)")
+    p.add_argument("--rates-mbit", default=None, help="comma-separated link rates, Mbit/s (default 150,500,2000)")
+    p.add_argument("--reps", type=int, default=2, help="repetitions (conditions per rate; default 2)")
+    p.add_argument("--window-iters", type=int, default=10, help="measured iterations per window (default 10)")
+    p.add_argument("--evaluate", nargs="+", metavar="RAW", help="instead of measuring: evaluate the meta-network on these raw/ folders")
+    p.add_argument("--weights", default=None, help="meta-network weights for --evaluate (default: the shipped ones)")
+    p.add_argument("--holdout", default="rep", choices=("rep", "rate"), help="held-out windows for --evaluate (default rep)")
+    p.add_argument("--report", default=None, help="with --evaluate: write the result as JSON here")
+    p.set_defaults(func=_collect)
+
+
+def _collect(args: argparse.Namespace) -> int:
+    import json
+
+    def fail(msg: str, code: int = 2) -> int:
+        print(f"autobyte collect: error: {msg}", file=sys.stderr)
+        return code
+
+    try:
+        if args.evaluate:
+            from ..bench.collect import evaluate_meta
+
+            res = evaluate_meta(args.evaluate, weights=args.weights, holdout=args.holdout)
+            if args.report:
+                with open(args.report, "w") as f:
+                    json.dump(res, f, indent=1)
+            print(json.dumps(res, indent=1))
+            return 0
+        if not args.out:
+            return fail("give --out DIR (where to write the samples) or --evaluate RAW.")
+        from ..bench.collect import COLLECT_RATES_MBIT, collect
+        from ._netns import require_root
+
+        rates = COLLECT_RATES_MBIT
+        if args.rates_mbit is not None:
+            try:
+                rates = tuple(float(r) for r in args.rates_mbit.split(",") if r.strip())
+            except ValueError:
+                return fail(f"--rates-mbit must be comma-separated numbers, but got --rates-mbit={args.rates_mbit!r}.")
+        if not rates or any(r <= 0 for r in rates):
+            return fail(f"--rates-mbit must hold positive rates, but got --rates-mbit={args.rates_mbit!r}.")
+        if args.reps < 1:
+            return fail(f"--reps must be a positive integer, but got --reps={args.reps!r}.")
+        if args.window_iters < 2:
+            return fail(f"--window-iters must be an integer >= 2, but got --window-iters={args.window_iters!r}.")
+        require_root()
+        collect(args.out, rates_mbit=rates, reps=args.reps, window_iters=args.window_iters)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        return fail(str(exc))
+    except (TestbedError, OSError, RuntimeError) as exc:
+        return fail(str(exc), 1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autobyte.testbed._cli ...``: the ``launch`` command alone (``calibrate ...``: that command)."""
+    """``python -m autobyte.testbed._cli ...``: the ``launch`` command alone (``calibrate ...`` / ``collect ...``: those commands)."""
     parser = argparse.ArgumentParser(prog="autobyte")
     register(parser.add_subparsers(dest="command"))
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv if argv[:1] == ["calibrate"] else ["launch", *argv])
+    args = parser.parse_args(argv if argv[:1] in (["calibrate"], ["collect"]) else ["launch", *argv])
     return int(args.func(args) or 0)
 
 

@@ -223,3 +223,56 @@ def test_cli_reports_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
     assert rc == 2 and "--starts must be a positive integer, but got --starts=0" in err
     rc, err = run("--reps", "0", "--from-raw", str(tmp_path))
     assert rc == 2 and "reps must be a positive integer, but got reps=0" in err
+
+
+# --------------------------------------------------------------------------- real rows for the meta-network
+def _fake_measurement() -> Measurement:
+    """Two conditions (rates) x 3 configs, 2 ranks, windows as the engine reports them."""
+    from autobyte.core.metrics import WindowStats
+
+    cfgs = [Config(64 * KiB, 64 * KiB), Config(MiB, 4 * MiB), Config(16 * MiB, 16 * MiB)]
+    segs = [Segment(r, c, 2, 4, rep=0) for r in (150.0, 2000.0) for c in cfgs]
+    tb = [1000, 40, 500_000, 20]
+    windows, by_rank = [], []
+    for k, s in enumerate(segs):
+        t = 0.1 + 0.01 * k
+        windows.append([WindowStats(4, t, 16 / t, 0.03 + r * 0.01, (0.001, 0.0001, 0.004 + r * 0.001, 0.0002), 13_546_792 * 4,
+                                    8, 0.05, 1e8 + 1e7 * r) for r in range(2)])
+        by_rank.append([[t] * 4, [t + 0.02] * 4])
+    return Measurement(segs, [x[0] for x in by_rank], windows, dict(_PROFILE), tb, {}, by_rank)
+
+
+def test_real_windows_become_a_dataset_the_simulators_loader_reads(tmp_path: Path) -> None:
+    from autobyte.bench.collect import conditions, write_dataset
+    from autobyte.sim.dataset import ROW_COLUMNS, load_dataset, row_layers
+
+    m = _fake_measurement()
+    assert conditions(m) == [[0, 1, 2], [3, 4, 5]]
+    res = write_dataset([m], str(tmp_path / "data"))
+    assert (res["rows"], res["conditions"]) == (18, 2)
+    d = load_dataset(tmp_path / "data")
+    assert set(ROW_COLUMNS) <= set(d)
+    assert d["meta"]["spec"]["source"] == "autobyte-testbed" and d["model_names"] == ["cnn-3.4M"]
+    assert list(d["model_layer_bytes"][0]) == [1000, 40, 500_000, 20]
+    # row (c0 = config 1, c = config 2) of condition 0: label = real cluster speed under config 2
+    i = int(np.flatnonzero((d["condition"] == 0) & (d["partition_cur"] == MiB) & (d["partition"] == 16 * MiB))[0])
+    assert d["speed"][i] == pytest.approx(16 / 0.12 + 16 / 0.14)  # both ranks' samples/s from their wall times
+    assert d["speed_cur"][i] == pytest.approx(16 / 0.11 + 16 / 0.13)
+    assert d["worker_speed_min"][i] == pytest.approx(16 / 0.13)
+    assert d["forward_s"][i] == pytest.approx(0.035)
+    assert d["bw_up_min"][i] == pytest.approx(1e8) and d["bw_up_mean"][i] == pytest.approx(1.05e8)  # 2(n-1)/n = 1
+    assert d["link_gbps_mean"][i] == pytest.approx(0.15)
+    assert np.allclose(row_layers(d, i), [0.001, 0.0001, 0.0045, 0.0002])
+    assert np.allclose(row_layers(d, i, "layer_backward_max"), [0.001, 0.0001, 0.005, 0.0002])
+    with pytest.raises(ValueError, match=r"measurements hold no condition with at least min_configs=4 configs"):
+        write_dataset([m], str(tmp_path / "d2"), min_configs=4)
+
+
+def test_meta_evaluation_rejects_a_split_it_cannot_make(tmp_path: Path) -> None:
+    from autobyte.bench.collect import evaluate_meta, meta_contexts
+
+    ctx = meta_contexts(_fake_measurement())
+    assert len(ctx) == 6 and ctx[0]["features"].n_workers == 2 and ctx[0]["candidates"].shape == (3, 2)
+    assert ctx[4]["observed"] == pytest.approx(ctx[4]["speed"][1])
+    with pytest.raises(ValueError, match=r"holdout must be 'rep' or 'rate', but got holdout='x'"):
+        evaluate_meta([str(tmp_path)], holdout="x")
