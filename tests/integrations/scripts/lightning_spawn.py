@@ -41,4 +41,5 @@ if __name__ == "__main__":
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Tiny(), loader)
     m = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("autobyte/")}
-    print("RESULT " + json.dumps(m), flush=True)
+    if trainer.is_global_zero:
+        print("RESULT " + json.dumps(m), flush=True)
