@@ -35,6 +35,22 @@ def test_first_screen_has_install_and_test_commands():
     assert "python -m pytest -q" in ci and 'pip install -q -e ".[all,dev]"' in ci
 
 
+def test_plain_pytorch_snippet_runs():
+    torch = pytest.importorskip("torch")
+    snippet = next(b for b in _blocks(README) if "integrations.torch import schedule" in b)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scope = {"model": model, "optimizer": optimizer}
+    exec(snippet, scope)  # world size 1: trains unchanged, statistics only
+    handle = scope["handle"]
+    for _ in range(5):  # the tuner skips 2 warm-up iterations; the 5th begins, so 2 complete
+        optimizer.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+    assert handle.window_stats().n_iters == 2
+    handle.close()
+
+
 def test_cli_lists_every_documented_command():
     from autobyte.cli import build_parser
 
