@@ -33,8 +33,12 @@ MAX_WORKERS = 250
 #: Queueing tbf allows before dropping (tc's "latency"), in milliseconds.
 TBF_QUEUE_MS = 50.0
 
-#: Smallest token bucket: a 64 KiB GSO packet plus a full-size frame (smaller would make tbf segment).
-MIN_BURST_BYTES = 64 * 1024 + 1514
+#: Smallest token bucket: twice a 64 KiB GSO packet. tbf can never send a queued packet longer than its
+#: bucket, and ``tc qdisc change`` to a smaller bucket keeps the packets already queued, so a bucket that
+#: shrinks below a queued packet stalls the link for good. The kernel counts a GSO packet with its headers
+#: repeated per segment (64 KiB + 45 x 66 B ~ 68.5 KB at MSS 1448, more at a smaller MSS); the old
+#: 64 KiB + 1514 B bucket (used below 528 Mbit/s) was too small for the 64 KiB packets queued at a higher rate.
+MIN_BURST_BYTES = 2 * 64 * 1024
 
 
 def require_root() -> None:
@@ -51,7 +55,7 @@ def require_root() -> None:
 
 
 def burst_bytes(rate_mbit: float) -> int:
-    """tbf bucket size for a rate: 1 ms worth of traffic, at least one GSO packet."""
+    """tbf bucket size for a rate: 1 ms worth of traffic, at least :data:`MIN_BURST_BYTES`."""
     return max(MIN_BURST_BYTES, int(rate_mbit * 1e6 / 8 * 1e-3))
 
 
