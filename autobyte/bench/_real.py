@@ -30,6 +30,15 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, KiB, MiB, Config
+from ..core._checks import check_int, check_positive
+
+
+def check_rates(low_mbit: Any, high_mbit: Any) -> None:
+    """A step trace's two rates: positive, high above low."""
+    check_positive("low_mbit", low_mbit, "Mbit/s")
+    check_positive("high_mbit", high_mbit, "Mbit/s")
+    if high_mbit <= low_mbit:
+        raise ValueError(f"high_mbit must be above low_mbit, but got low_mbit={low_mbit}, high_mbit={high_mbit}.")
 
 #: The oracle's candidate grid (also BO's search box corners): partitions x credit multiples.
 GRID_PARTITIONS = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
@@ -54,16 +63,9 @@ class BenchPlan:
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
-        for name in ("low_mbit", "high_mbit"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"{name} must be a positive number of Mbit/s, but got {name}={v!r}.")
-        if self.high_mbit <= self.low_mbit:
-            raise ValueError(f"high_mbit must be above low_mbit, but got low_mbit={self.low_mbit}, high_mbit={self.high_mbit}.")
+        check_rates(self.low_mbit, self.high_mbit)
         for name in ("every", "iters", "window_iters", "grid_iters", "bo_iters", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, but got {name}={v!r}.")
+            check_int(name, getattr(self, name))
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"methods must be a non-empty subset of {METHODS}, but got {list(self.methods)!r}.")

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core import BYTESCHEDULER_DEFAULT, Config
+from ..core._checks import check_int
+from ._real import check_rates
 
 
 @dataclass
@@ -34,15 +36,8 @@ class DemoPlan:
 
     def __post_init__(self) -> None:
         for name in ("iters", "every", "window_iters"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, but got {name}={v!r}.")
-        for name in ("low_mbit", "high_mbit"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"{name} must be a positive number of Mbit/s, but got {name}={v!r}.")
-        if self.high_mbit <= self.low_mbit:
-            raise ValueError(f"high_mbit must be above low_mbit, but got low_mbit={self.low_mbit}, high_mbit={self.high_mbit}.")
+            check_int(name, getattr(self, name))
+        check_rates(self.low_mbit, self.high_mbit)
 
 
 def can_shape() -> tuple[bool, str]:

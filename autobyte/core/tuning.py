@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._checks import check_int
 from .metrics import RuntimeFeatures, WindowStats
 from .space import Config, SearchSpace
 
@@ -112,10 +113,8 @@ class Controller:
     _skip_until: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.window_iters, bool) or not isinstance(self.window_iters, int) or self.window_iters < 1:
-            raise ValueError(f"window_iters must be a positive integer, but got window_iters={self.window_iters!r}.")
-        if isinstance(self.warmup_iters, bool) or not isinstance(self.warmup_iters, int) or self.warmup_iters < 0:
-            raise ValueError(f"warmup_iters must be a non-negative integer, but got warmup_iters={self.warmup_iters!r}.")
+        check_int("window_iters", self.window_iters)
+        check_int("warmup_iters", self.warmup_iters, minimum=0)
         self.current = self.tuner.start(self.space, self.initial)
         self._skip_until = self.warmup_iters
 

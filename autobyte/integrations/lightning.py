@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 import sys
 import warnings
@@ -28,6 +27,8 @@ from typing import Any
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Decision, Tuner
+from ..core._checks import check_bool
+from ._common import check_tuning_args
 from ._imports import check_version
 
 __all__ = ["AutoByteCallback"]
@@ -161,26 +162,8 @@ class AutoByteCallback(*_callback_bases()):  # type: ignore[misc]
         verbose: bool = True,
         timeout_s: float = 300.0,
     ) -> None:
-        from ..core.tuners import tuner_names
-
-        if isinstance(tuner, str):
-            if tuner not in tuner_names():
-                raise ValueError(f"tuner must be one of {tuner_names()}, a Tuner or None, but got tuner={tuner!r}.")
-        elif tuner is not None and not isinstance(tuner, Tuner):
-            raise TypeError(f"tuner must be a tuner name, an autobyte Tuner or None, but got tuner={tuner!r}.")
-        self.initial = Config(partition_bytes, credit_bytes)
-        if isinstance(window_iters, bool) or not isinstance(window_iters, int) or window_iters < 1:
-            raise ValueError(f"window_iters must be a positive integer, but got window_iters={window_iters!r}.")
-        if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
-            raise ValueError(f"warmup_iters must be a non-negative integer, but got warmup_iters={warmup_iters!r}.")
-        if not isinstance(overlap, bool):
-            raise TypeError(f"overlap must be True or False, but got overlap={overlap!r}.")
-        if space is not None and not isinstance(space, SearchSpace):
-            raise TypeError(f"space must be an autobyte SearchSpace or None, but got space={space!r}.")
-        if not isinstance(verbose, bool):
-            raise TypeError(f"verbose must be True or False, but got verbose={verbose!r}.")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
-            raise ValueError(f"timeout_s must be a positive number of seconds, but got timeout_s={timeout_s!r}.")
+        self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s)
+        check_bool("overlap", overlap)
         self._tuner_arg = tuner
         self.tuner: Tuner | None = tuner if isinstance(tuner, Tuner) else None
         self.window_iters = window_iters

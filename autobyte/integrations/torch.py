@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..core._checks import check_positive
 from ..core.metrics import StatsCollector, WindowStats
 from ..core.scheduler import Message, Scheduler, TensorSpec, plan_order
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace, check_bytes
@@ -853,8 +854,7 @@ def schedule(
     elif not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, but got {type(optimizer).__name__}.")
     config = Config(partition_bytes, credit_bytes)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not np.isfinite(timeout_s) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, but got timeout_s={timeout_s!r}.")
+    check_positive("timeout_s", timeout_s, "seconds")
     if isinstance(tuner, str):
         from ..core.tuners import make_tuner
 

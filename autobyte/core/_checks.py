@@ -1,0 +1,28 @@
+"""Argument checks shared by every public entry point (one rule each, clear messages)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def check_int(name: str, value: Any, *, minimum: int = 1) -> int:
+    """``value`` as int if it is an integer >= ``minimum`` (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {rule}, but got {name}={value!r}.")
+    return int(value)
+
+
+def check_positive(name: str, value: Any, unit: str = "") -> float:
+    """``value`` as float if it is a finite number > 0 (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        what = f"a positive number of {unit}" if unit else "a positive number"
+        raise ValueError(f"{name} must be {what}, but got {name}={value!r}.")
+    return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, but got {name}={value!r}.")
+    return value

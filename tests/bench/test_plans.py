@@ -1,0 +1,43 @@
+"""Bad inputs of ``autobyte bench`` / ``autobyte demo`` plans, and the summary maths."""
+
+from __future__ import annotations
+
+import pytest
+
+from autobyte.bench._real import BenchPlan, summarize
+from autobyte.bench.demo import DemoPlan
+
+
+@pytest.mark.parametrize("cls", [BenchPlan, DemoPlan])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"low_mbit": 0}, "low_mbit must be a positive number of Mbit/s, but got low_mbit=0"),
+        ({"high_mbit": float("nan")}, "high_mbit must be a positive number"),
+        ({"low_mbit": 500.0, "high_mbit": 400.0}, "high_mbit must be above low_mbit"),
+        ({"iters": 0}, "iters must be a positive integer, but got iters=0"),
+        ({"every": 2.5}, "every must be a positive integer"),
+    ],
+)
+def test_plans_reject_bad_arguments(cls, kw, match):
+    with pytest.raises(ValueError, match=match):
+        cls(**kw)
+
+
+def test_bench_methods_must_be_known():
+    with pytest.raises(ValueError, match="methods must be a non-empty subset"):
+        BenchPlan(methods=["ddp", "magic"])
+    with pytest.raises(ValueError, match="methods must be a non-empty subset"):
+        BenchPlan(methods=[])
+
+
+def test_trace_starts_high_and_summary_ratios():
+    plan = BenchPlan(low_mbit=100, high_mbit=1000, every=2, iters=4, batch_size=16)
+    assert [plan.rate_at(i) for i in range(4)] == [1000, 1000, 100, 100]
+    assert plan.trace_spec() == "step:1000,100@2it,n=2"
+    fast = [{"iteration": i, "seconds": 0.1} for i in range(4)]
+    slow = [{"iteration": i, "seconds": 0.2} for i in range(4)]
+    s = summarize(plan, {"bo": slow, "autobyte": fast})
+    assert s["throughput"]["bo"]["all"] == pytest.approx(32 / 0.2)
+    assert s["vs_bo"]["autobyte"]["all"] == pytest.approx(2.0)
+    assert s["vs_bo"]["autobyte"]["low"] == pytest.approx(2.0)
