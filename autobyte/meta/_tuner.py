@@ -183,6 +183,10 @@ class AutoByteTuner(Tuner):
         adapt_time_s: bound of one adaptation (1.0).
         replay_size: rows kept in the replay buffer (256).
         enabled: ``False`` never reconfigures (predictions are still logged).
+        explore_gain: once per regime (start, or after conditions changed), try
+            the predicted best if it is unmeasured and predicted above this gain,
+            even below ``min_gain`` (0.02); ``None`` never explores. A measured
+            loss is rolled back the next window.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -207,9 +211,13 @@ class AutoByteTuner(Tuner):
         adapt_time_s: float = 1.0,
         replay_size: int = 256,
         enabled: bool = True,
+        explore_gain: float | None = 0.02,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
+        if explore_gain is not None and (isinstance(explore_gain, bool) or not isinstance(explore_gain, (int, float)) or not math.isfinite(explore_gain) or explore_gain < 0):
+            raise ValueError(f"explore_gain must be a non-negative finite number or None, but got explore_gain={explore_gain!r}.")
+        self.explore_gain = explore_gain
         if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
             raise ValueError(f"replay_size must be a positive integer, but got replay_size={replay_size!r}.")
         if network is None:
@@ -230,6 +238,7 @@ class AutoByteTuner(Tuner):
         self._recent: deque[tuple[JobInputs, np.ndarray]] = deque(maxlen=8)  # (inputs, embedding) of this regime
         self._rows: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=self.replay_size)
         self._measured: dict[Config, float] = {}
+        self._explored = False
         self._prev: tuple[Config, float] | None = None  # config and speed before the last move
         self._last_env: tuple[Config, np.ndarray, float] | None = None
         self.errors: list[float] = []
@@ -303,6 +312,20 @@ class AutoByteTuner(Tuner):
             reason = f"predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * gain:.1f}%)"
             _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, best_cfg, reason)
             return Decision(best_cfg, reason, best_speed)
+        # deliberate exploration, once per regime: the predicted best is close to
+        # the threshold but never measured here; one window tells, and the
+        # rollback above undoes it if it was a mistake
+        if (
+            self.explore_gain is not None and not self._explored and best_cfg != obs.config
+            and best_cfg not in self._measured and best_speed > obs.speed * (1 + self.explore_gain)
+            and self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, obs.speed * (1 + self.gain.revisit_gain) + 1e-9)
+        ):
+            self._explored = True
+            self._prev = (obs.config, obs.speed)
+            self._pred_next = best_speed
+            reason = f"explore: predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * (best_speed / obs.speed - 1):.1f}%), unmeasured"
+            _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, best_cfg, reason)
+            return Decision(best_cfg, reason, best_speed)
         return None
 
     def _track_regime(self, job: JobInputs, obs: Observation) -> None:
@@ -314,6 +337,7 @@ class AutoByteTuner(Tuner):
                 self._measured.clear()
                 self._recent.clear()
                 self._prev = None
+                self._explored = False
                 self.gain.reset()
         self._last_env = (obs.config, env, obs.speed)
         self._measured[obs.config] = obs.speed

@@ -135,3 +135,20 @@ def test_rollback_after_a_measured_slowdown(fresh_net):
     slow = Observation(1, SPACE[0], fast.speed * 0.5, slow.features)
     d = t.observe(slow)
     assert d is not None and d.config == SPACE[4] and d.reason.startswith("rollback")
+
+
+def test_rejects_bad_explore_gain(fresh_net):
+    with pytest.raises(ValueError, match=r"explore_gain must be a non-negative finite number or None, but got explore_gain=-0.1"):
+        AutoByteTuner(fresh_net, explore_gain=-0.1)
+
+
+def test_explores_at_most_once_per_regime(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, explore_gain=0.0, min_gain=10.0)  # only exploration can move it
+    cur = t.start(SPACE, SPACE[4])
+    reasons = []
+    for w in range(8):
+        d = t.observe(obs(cur, w))
+        if d is not None:
+            reasons.append(d.reason.split(":")[0])
+            cur = d.config
+    assert reasons.count("explore") <= 1
