@@ -118,12 +118,16 @@ def schedule_segments(
     max_iters: int = 40,
     seed: int = 0,
     order: str = "rate-runs",
+    passes: int = 1,
 ) -> list[Segment]:
     """Every (rate, config) ``reps`` times, interleaved.
 
-    ``order="rate-runs"`` (default): the rates in a random order, each visited
-    once, and at each rate every repetition runs the configs in a new random
-    order (one launch per rate at a constant shaped rate: see :func:`measure`).
+    ``order="rate-runs"`` (default): ``passes`` times, the rates in a new
+    random order, and at each rate that pass's repetitions (``rep % passes ==
+    pass``) each run the configs in a new random order (one launch per rate
+    and pass, at a constant shaped rate: see :func:`measure`; two passes put
+    a burst of the shared machine's load on half of a rate's repetitions,
+    not all).
     ``"rate-blocks"``: each repetition visits the rates in a random order
     and, within a rate, the configs in a random order (one rate change per
     block: few slow-start transients). ``"shuffle"``: every point in a random
@@ -138,15 +142,18 @@ def schedule_segments(
         raise ValueError("rates_mbit and configs must both be non-empty.")
     rng = random.Random(seed)
     out: list[Segment] = []
+    if isinstance(passes, bool) or not isinstance(passes, int) or not 1 <= passes <= reps:
+        raise ValueError(f"passes must be an integer in [1, reps={reps}], but got passes={passes!r}.")
     if order == "rate-runs":
-        rs = list(rates_mbit)
-        rng.shuffle(rs)
-        for r in rs:
-            n = size_segment(r, target_s, min_iters=min_iters, max_iters=max_iters)
-            for rep in range(reps):
-                cs = list(configs)
-                rng.shuffle(cs)
-                out += [Segment(float(r), c, warmup, n, rep) for c in cs]
+        for p in range(passes):
+            rs = list(rates_mbit)
+            rng.shuffle(rs)
+            for r in rs:
+                n = size_segment(r, target_s, min_iters=min_iters, max_iters=max_iters)
+                for rep in range(p, reps, passes):
+                    cs = list(configs)
+                    rng.shuffle(cs)
+                    out += [Segment(float(r), c, warmup, n, rep) for c in cs]
         return out
     for rep in range(reps):
         points = [(r, c) for r in rates_mbit for c in configs]

@@ -86,11 +86,13 @@ class CalibrationPlan:
     Args:
         rates_mbit: link rates, Mbit/s (default :data:`GRID_RATES_MBIT`).
         configs: configs measured at every rate (default :data:`GRID_CONFIGS`).
-        reps: repetitions of every point, each in a new random order (default 3).
+        reps: repetitions of every point, each in a new random order (default 4).
+        passes: the rates are visited this many times, each time in a new
+            order, with ``reps / passes`` repetitions per visit (default 2).
         target_s: measured seconds per segment; iterations are sized from a
-            rough estimate of the iteration time at the rate (default 3.0).
+            rough estimate of the iteration time at the rate (default 1.5).
         warmup: unmeasured iterations at the start of each segment (default 2).
-        min_iters, max_iters: bounds on measured iterations per segment (6, 30).
+        min_iters, max_iters: bounds on measured iterations per segment (5, 20).
         holdout_rates_mbit, holdout_configs: points kept out of the fit.
         free: parameters fitted (default every one of :data:`PARAMS`).
         seed: order of the segments.
@@ -102,10 +104,11 @@ class CalibrationPlan:
 
     rates_mbit: tuple[float, ...] = GRID_RATES_MBIT
     configs: tuple[Config, ...] = GRID_CONFIGS
-    reps: int = 3
-    target_s: float = 2.0
+    reps: int = 4
+    passes: int = 2
+    target_s: float = 1.5
     warmup: int = 2
-    min_iters: int = 6
+    min_iters: int = 5
     max_iters: int = 20
     holdout_rates_mbit: tuple[float, ...] = HOLDOUT_RATES_MBIT
     holdout_configs: tuple[Config, ...] = HOLDOUT_CONFIGS
@@ -117,10 +120,12 @@ class CalibrationPlan:
         if not self.configs or not all(isinstance(c, Config) for c in self.configs):
             raise ValueError(f"configs must be a non-empty list of Config, but got configs={self.configs!r}.")
         object.__setattr__(self, "configs", tuple(self.configs))
-        for name in ("reps", "warmup", "min_iters", "max_iters"):
+        for name in ("reps", "passes", "warmup", "min_iters", "max_iters"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, but got {name}={v!r}.")
+        if self.passes > self.reps:
+            raise ValueError(f"passes must be <= reps={self.reps}, but got passes={self.passes!r}.")
         if self.max_iters < self.min_iters:
             raise ValueError(f"max_iters must be >= min_iters={self.min_iters}, but got max_iters={self.max_iters!r}.")
         if not isinstance(self.target_s, (int, float)) or not self.target_s > 0:
@@ -138,7 +143,7 @@ class CalibrationPlan:
     def quick(cls) -> "CalibrationPlan":
         """The CI smoke plan: one rate, three configs, one repetition, three parameters, nothing held out."""
         return cls(rates_mbit=(1000.0,), configs=(Config(64 * KiB, 256 * KiB), Config(1 * MiB, 4 * MiB), Config(25 * MiB, 25 * MiB)),
-                   reps=1, target_s=1.0, warmup=2, min_iters=4, max_iters=6, holdout_rates_mbit=(), holdout_configs=(),
+                   reps=1, passes=1, target_s=1.0, warmup=2, min_iters=4, max_iters=6, holdout_rates_mbit=(), holdout_configs=(),
                    free=QUICK_FREE)
 
     def is_holdout(self, rate_mbit: float, config: Config) -> bool:
@@ -148,12 +153,12 @@ class CalibrationPlan:
         from ..bench.collect import schedule_segments
 
         return schedule_segments(self.rates_mbit, self.configs, reps=self.reps, target_s=self.target_s, warmup=self.warmup,
-                                 min_iters=self.min_iters, max_iters=self.max_iters, seed=self.seed)
+                                 min_iters=self.min_iters, max_iters=self.max_iters, seed=self.seed, passes=self.passes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rates_mbit": list(self.rates_mbit), "configs": [[c.partition_bytes, c.credit_bytes] for c in self.configs],
-            "reps": self.reps, "target_s": self.target_s, "warmup": self.warmup, "min_iters": self.min_iters,
+            "reps": self.reps, "passes": self.passes, "target_s": self.target_s, "warmup": self.warmup, "min_iters": self.min_iters,
             "max_iters": self.max_iters, "holdout_rates_mbit": list(self.holdout_rates_mbit),
             "holdout_configs": [[c.partition_bytes, c.credit_bytes] for c in self.holdout_configs], "free": list(self.free),
             "seed": self.seed,
@@ -163,6 +168,7 @@ class CalibrationPlan:
     def from_dict(cls, d: dict[str, Any]) -> "CalibrationPlan":
         return cls(
             rates_mbit=tuple(d["rates_mbit"]), configs=tuple(Config(int(a), int(b)) for a, b in d["configs"]), reps=int(d["reps"]),
+            passes=int(d.get("passes", 1)),
             target_s=float(d["target_s"]), warmup=int(d["warmup"]), min_iters=int(d["min_iters"]), max_iters=int(d["max_iters"]),
             holdout_rates_mbit=tuple(d["holdout_rates_mbit"]),
             holdout_configs=tuple(Config(int(a), int(b)) for a, b in d["holdout_configs"]), free=tuple(d["free"]),

@@ -92,8 +92,10 @@ def test_plan_rejects_bad_arguments() -> None:
         CalibrationPlan(reps=0)
     with pytest.raises(ValueError, match=r"free must be a non-empty subset of .*, but got free=\('speed',\)"):
         CalibrationPlan(free=("speed",))
-    with pytest.raises(ValueError, match=r"max_iters must be >= min_iters=6, but got max_iters=3"):
+    with pytest.raises(ValueError, match=r"max_iters must be >= min_iters=5, but got max_iters=3"):
         CalibrationPlan(max_iters=3)
+    with pytest.raises(ValueError, match=r"passes must be <= reps=4, but got passes=5"):
+        CalibrationPlan(passes=5)
     with pytest.raises(ValueError, match=r"target_s must be a positive number of seconds, but got target_s=0"):
         CalibrationPlan(target_s=0)
     with pytest.raises(ValueError, match=r"the hold-out covers every point of the grid"):
@@ -117,9 +119,12 @@ def test_schedule_runs_each_rate_once_with_repetitions_reordered() -> None:
     plan = CalibrationPlan()
     segs = plan.segments()
     assert len(segs) == len(plan.rates_mbit) * len(plan.configs) * plan.reps
-    rates = [s.rate_mbit for s in segs]
-    runs = [r for i, r in enumerate(rates) if i == 0 or rates[i - 1] != r]
-    assert sorted(runs) == sorted(plan.rates_mbit)  # one launch per rate: the rate never changes under traffic
+    for p in range(plan.passes):  # each pass visits every rate once, with its share of the repetitions
+        mine = [s for s in segs if s.rep % plan.passes == p]
+        rates = [s.rate_mbit for s in mine]
+        runs = [r for i, r in enumerate(rates) if i == 0 or rates[i - 1] != r]
+        assert sorted(runs) == sorted(plan.rates_mbit)  # one launch per rate: the rate never changes under traffic
+        assert mine == segs[p * len(mine):(p + 1) * len(mine)]
     for r in plan.rates_mbit:
         at_r = [s for s in segs if s.rate_mbit == r]
         orders = [[s.config for s in at_r if s.rep == rep] for rep in range(plan.reps)]
@@ -127,12 +132,15 @@ def test_schedule_runs_each_rate_once_with_repetitions_reordered() -> None:
         assert len({tuple(o) for o in orders}) > 1  # drift of the shared machine spreads over every config
     # slow rates get fewer, fast rates more iterations, within the bounds
     assert size_segment(100, 2.5) == 6 and size_segment(40000, 2.5, max_iters=20) == 10
+    assert {s.iters for s in segs if s.rate_mbit == 100} == {5} and {s.iters for s in segs if s.rate_mbit == 40000} == {6}
     blocks = schedule_segments([100, 1000], [Config(MiB, MiB), Config(4 * MiB, 4 * MiB)], reps=2, order="rate-blocks")
     assert [s.rep for s in blocks] == [0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(ValueError, match=r"order must be 'rate-runs', 'rate-blocks' or 'shuffle', but got order='x'"):
         schedule_segments([100], [Config(MiB, MiB)], order="x")
     with pytest.raises(ValueError, match=r"reps must be a positive integer, but got reps=0"):
         schedule_segments([100], [Config(MiB, MiB)], reps=0)
+    with pytest.raises(ValueError, match=r"passes must be an integer in \[1, reps=2\], but got passes=3"):
+        schedule_segments([100], [Config(MiB, MiB)], reps=2, passes=3)
 
 
 # --------------------------------------------------------------------------- simulator side
