@@ -143,7 +143,7 @@ def test_rejects_bad_explore_gain(fresh_net):
 
 
 def test_explores_at_most_once_per_regime(fresh_net):
-    t = AutoByteTuner(fresh_net, background=False, explore_gain=0.0, min_gain=10.0)  # only exploration can move it
+    t = AutoByteTuner(fresh_net, background=False, explore_gain=0.0, min_gain=3.0)  # only exploration can move it
     cur = t.start(SPACE, SPACE[4])
     reasons = []
     for w in range(8):
