@@ -60,7 +60,7 @@ def test_quick_calibration_on_the_testbed(tmp_path: Path) -> None:
                        capture_output=True, text=True, cwd=REPO, env=_env(), timeout=110)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     for name in ("measurements.csv", "points.csv", "params.json", "errors.md", "calib_scatter.png", "calib_grid.png",
-                 "raw/rank0.json", "raw/rank1.json", "raw/plan.json", "raw/events.jsonl"):
+                 "raw/launch-00/rank0.json", "raw/launch-00/rank1.json", "raw/plan.json", "raw/launch-00/events.jsonl"):
         assert (out / name).is_file(), name
     with open(out / "points.csv") as f:
         rows = list(csv.DictReader(f))
@@ -73,11 +73,12 @@ def test_quick_calibration_on_the_testbed(tmp_path: Path) -> None:
     assert set(doc["params"]) == set(PARAMS)
     assert all(math.isfinite(v) and v > 0 for v in doc["params"].values())
     assert math.isfinite(doc["summary"]["mape_all"])
-    # the rate change and every iteration went through the testbed's control channel
-    events = [json.loads(line) for line in (out / "raw" / "events.jsonl").read_text().splitlines()]
-    assert any(e.get("event") == "rate" and e.get("up_mbit") == 1000.0 for e in events)
-    raw = json.loads((out / "raw" / "rank0.json").read_text())
-    assert sum(raw["profile"]["layer_bytes"]) == sum(raw["tensor_bytes"]) == 13_546_792
+    # every iteration went through the testbed's control channel
+    events = [json.loads(line) for line in (out / "raw" / "launch-00" / "events.jsonl").read_text().splitlines()]
+    assert sum(e.get("event") == "iteration" for e in events) >= 18  # 3 segments x (2 warm-up + 4..6 measured)
+    assert not (out / "raw" / "launch-01").exists()  # one rate: one launch, links shaped once
+    raw = json.loads((out / "raw" / "launch-00" / "rank0.json").read_text())
+    assert sum(raw["profile"]["layer_bytes"]) == sum(raw["tensor_bytes"]) == 13_616_680
     assert all(len(w) > 8 and w[0] >= 2 for w in raw["windows"])  # every segment's engine window was read
     assert "MAPE" in r.stdout
 
@@ -244,7 +245,7 @@ def _fake_measurement() -> Measurement:
     windows, by_rank = [], []
     for k, s in enumerate(segs):
         t = 0.1 + 0.01 * k
-        windows.append([WindowStats(4, t, 16 / t, 0.03 + r * 0.01, (0.001, 0.0001, 0.004 + r * 0.001, 0.0002), 13_546_792 * 4,
+        windows.append([WindowStats(4, t, 16 / t, 0.03 + r * 0.01, (0.001, 0.0001, 0.004 + r * 0.001, 0.0002), 13_616_680 * 4,
                                     8, 0.05, 1e8 + 1e7 * r) for r in range(2)])
         by_rank.append([[t] * 4, [t + 0.02] * 4])
     return Measurement(segs, [x[0] for x in by_rank], windows, dict(_PROFILE), tb, {}, by_rank)
