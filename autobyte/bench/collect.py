@@ -650,10 +650,12 @@ def _rank_main(spec_path: str, out_dir: str) -> None:
     handle = schedule(model, opt, partition_bytes=c0.partition_bytes, credit_bytes=c0.credit_bytes,
                       timeout_s=float(spec.get("timeout_s", 600)))
     firsts = np.cumsum([0] + [s.length for s in segs]).tolist()
-    # WindowStats covers iterations whose end the engine has seen: before the
-    # forward of iteration g it covers iterations <= g - 2. Reset before g =
-    # first + warmup + 1, read before g = first + length + 1 (next segment's
-    # second... first iteration + 1): see the loop.
+    # The engine records an iteration's end when the next one begins, so
+    # before the forward of iteration g its window covers iterations <= g - 2.
+    # A segment's measured iterations are [first + warmup, first + length):
+    # reset the window before g = first + warmup + 1 and read it before
+    # g = first + length + 1 (the second iteration of the next segment, or of
+    # the two trailing iterations after the last one).
     reset_at = {firsts[i] + s.warmup + 1: i for i, s in enumerate(segs)}
     read_at = {firsts[i] + s.length + 1: i for i, s in enumerate(segs)}
     switch = {firsts[i]: s.config for i, s in enumerate(segs) if i > 0}
