@@ -283,7 +283,9 @@ class ScheduledTraining:
         self._fwd_start = time.perf_counter()
         with self._stats_lock:
             if counted:
-                self.stats.begin_iteration(self._fwd_start)
+                # Iterations are timed start to start on the wall clock, so the
+                # agreement and buffer broadcast above (waiting for slower ranks) count.
+                self.stats.begin_iteration(now)
                 self._in_iteration = True
         self._batch = batch
         return it
