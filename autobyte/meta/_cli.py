@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_train_meta)
 
     p = sub.add_parser("evaluate", help="the paper's experiments on the simulator (tables and plots into docs/)")
-    p.add_argument("--out", default="docs", help="folder for evaluation.json and figures/eval_*.png")
+    p.add_argument("--out", default="docs", help="folder; writes figures/eval_results.json and figures/eval_*.png")
     p.add_argument("--weights", default=None, help="meta-network weights (default: the shipped ones)")
     p.add_argument("--only", default=None, help="comma-separated subset of fig5,fig6,fig7,fig89,steady,shift")
     p.set_defaults(func=_evaluate)

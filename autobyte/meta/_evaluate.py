@@ -138,7 +138,7 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
     net = MetaNetwork.load(weights) if weights else MetaNetwork.load_default()
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    path = out / "evaluation.json"
+    path = out / "figures" / "eval_results.json"
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     want = (lambda k: only is None or k in only)  # noqa: E731
     G = sim.GBPS
