@@ -239,6 +239,9 @@ class AutoByteTuner(Tuner):
         self._rows: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=self.replay_size)
         self._measured: dict[Config, float] = {}
         self._explored = False
+        self._moved = False  # the last decision moved to a configuration predicted, not measured
+        self._move_error = 0.0  # how wrong that prediction was
+        self._bar = 1.0  # doubles after each rollback in a regime
         self._prev: tuple[Config, float] | None = None  # config and speed before the last move
         self._last_env: tuple[Config, np.ndarray, float] | None = None
         self.errors: list[float] = []
@@ -300,12 +303,18 @@ class AutoByteTuner(Tuner):
         if self._prev is not None and self._prev[0] != obs.config and self._prev[1] > obs.speed * (1 + self.gain.min_gain):
             back, v = self._prev
             self._prev = None
+            self._bar *= 2.0
             self.gain.reset()
             self.gain.should_reconfigure(w, obs.config, obs.speed, back, v)
             self._pred_next = v
             _log.info("autobyte: %s measured %.1f samples/s, slower than %s at %.1f: rolling back.", obs.config, obs.speed, back, v)
             return Decision(back, f"rollback: {obs.config} measured {obs.speed:.1f} < {v:.1f} samples/s of {back}", v)
-        if self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, best_speed):
+        # a move to a configuration never measured here must beat the predictor's
+        # own demonstrated error (its last move), and the bar doubles after every rollback
+        bar = self._bar * max(self.gain.min_gain, self._move_error)
+        trusted = best_cfg in self._measured or best_speed > obs.speed * (1 + bar)
+        if trusted and self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, best_speed):
+            self._moved = best_cfg not in self._measured
             self._prev = (obs.config, obs.speed)
             self._pred_next = best_speed
             gain = best_speed / obs.speed - 1
@@ -321,6 +330,7 @@ class AutoByteTuner(Tuner):
             and self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, obs.speed * (1 + self.gain.revisit_gain) + 1e-9)
         ):
             self._explored = True
+            self._moved = True
             self._prev = (obs.config, obs.speed)
             self._pred_next = best_speed
             reason = f"explore: predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * (best_speed / obs.speed - 1):.1f}%), unmeasured"
@@ -338,6 +348,7 @@ class AutoByteTuner(Tuner):
                 self._recent.clear()
                 self._prev = None
                 self._explored = False
+                self._moved, self._move_error, self._bar = False, 0.0, 1.0
                 self.gain.reset()
         self._last_env = (obs.config, env, obs.speed)
         self._measured[obs.config] = obs.speed
@@ -347,6 +358,9 @@ class AutoByteTuner(Tuner):
             err = abs(self._pred_next - obs.speed) / obs.speed
             self.errors.append(err)
             adapting = self.error.should_adapt(self._pred_next, obs.speed)
+            if self._moved:
+                self._move_error = err
+                self._moved = False
         else:
             adapting = False
         cfg = np.array([[obs.config.partition_bytes, obs.config.credit_bytes]], dtype=np.float64)
