@@ -184,9 +184,11 @@ class AutoByteTuner(Tuner):
         replay_size: rows kept in the replay buffer (256).
         enabled: ``False`` never reconfigures (predictions are still logged).
         explore_gain: once per regime (start, or after conditions changed), try
-            the predicted best if it is unmeasured and predicted above this gain,
-            even below ``min_gain`` (0.02); ``None`` never explores. A measured
-            loss is rolled back the next window.
+            the best configuration not yet measured when its predicted gain is
+            above this value (-0.03: within the predictor's typical error of
+            the current speed, so a current config wrongly predicted best still
+            gets challenged); ``None`` never explores. A measured loss of more
+            than 1% is rolled back the next window.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -211,12 +213,12 @@ class AutoByteTuner(Tuner):
         adapt_time_s: float = 1.0,
         replay_size: int = 256,
         enabled: bool = True,
-        explore_gain: float | None = 0.02,
+        explore_gain: float | None = -0.03,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
-        if explore_gain is not None and (isinstance(explore_gain, bool) or not isinstance(explore_gain, (int, float)) or not math.isfinite(explore_gain) or explore_gain < 0):
-            raise ValueError(f"explore_gain must be a non-negative finite number or None, but got explore_gain={explore_gain!r}.")
+        if explore_gain is not None and (isinstance(explore_gain, bool) or not isinstance(explore_gain, (int, float)) or not math.isfinite(explore_gain) or not -0.5 <= explore_gain <= 10):
+            raise ValueError(f"explore_gain must be a finite number in [-0.5, 10] or None, but got explore_gain={explore_gain!r}.")
         self.explore_gain = explore_gain
         if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
             raise ValueError(f"replay_size must be a positive integer, but got replay_size={replay_size!r}.")
@@ -239,6 +241,7 @@ class AutoByteTuner(Tuner):
         self._rows: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=self.replay_size)
         self._measured: dict[Config, float] = {}
         self._explored = False
+        self._exploring = False  # the last decision was an exploration
         self._moved = False  # the last decision moved to a configuration predicted, not measured
         self._move_error = 0.0  # how wrong that prediction was
         self._bar = 1.0  # doubles after each rollback in a regime
@@ -300,7 +303,9 @@ class AutoByteTuner(Tuner):
         if not self.enabled or len(self.space) == 1:
             return None
         # rollback: the last move made things slower, as measured
-        if self._prev is not None and self._prev[0] != obs.config and self._prev[1] > obs.speed * (1 + self.gain.min_gain):
+        tolerance = 0.01 if self._exploring else self.gain.min_gain
+        self._exploring = False
+        if self._prev is not None and self._prev[0] != obs.config and self._prev[1] > obs.speed * (1 + tolerance):
             back, v = self._prev
             self._prev = None
             self._bar *= 2.0
@@ -321,21 +326,26 @@ class AutoByteTuner(Tuner):
             reason = f"predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * gain:.1f}%)"
             _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, best_cfg, reason)
             return Decision(best_cfg, reason, best_speed)
-        # deliberate exploration, once per regime: the predicted best is close to
-        # the threshold but never measured here; one window tells, and the
-        # rollback above undoes it if it was a mistake
-        if (
-            self.explore_gain is not None and not self._explored and best_cfg != obs.config
-            and best_cfg not in self._measured and best_speed > obs.speed * (1 + self.explore_gain)
-            and self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, obs.speed * (1 + self.gain.revisit_gain) + 1e-9)
-        ):
-            self._explored = True
-            self._moved = True
-            self._prev = (obs.config, obs.speed)
-            self._pred_next = best_speed
-            reason = f"explore: predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * (best_speed / obs.speed - 1):.1f}%), unmeasured"
-            _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, best_cfg, reason)
-            return Decision(best_cfg, reason, best_speed)
+        # deliberate exploration, once per regime: the best configuration never
+        # measured here, when its prediction is within the predictor's error band
+        # of the current speed (or above); one window tells, and a measured loss
+        # of more than 1% is rolled back the next window
+        if self.explore_gain is not None and not self._explored:
+            unmeasured = np.array([c not in self._measured and c != obs.config for c in self.space])
+            if unmeasured.any():
+                k = int(np.argmax(np.where(unmeasured, pred, -np.inf)))
+                cfg, sp = self.space[k], float(pred[k])
+                if sp > obs.speed * (1 + self.explore_gain) and self.gain.should_reconfigure(
+                    w, obs.config, obs.speed, cfg, obs.speed * (1 + self.gain.revisit_gain) + 1e-9
+                ):
+                    self._explored = True
+                    self._moved = True
+                    self._exploring = True
+                    self._prev = (obs.config, obs.speed)
+                    self._pred_next = sp
+                    reason = f"explore: predicted {sp:.1f} samples/s vs {obs.speed:.1f} observed ({100 * (sp / obs.speed - 1):+.1f}%), unmeasured"
+                    _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, cfg, reason)
+                    return Decision(cfg, reason, sp)
         return None
 
     def _track_regime(self, job: JobInputs, obs: Observation) -> None:

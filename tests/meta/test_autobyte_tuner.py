@@ -138,8 +138,8 @@ def test_rollback_after_a_measured_slowdown(fresh_net):
 
 
 def test_rejects_bad_explore_gain(fresh_net):
-    with pytest.raises(ValueError, match=r"explore_gain must be a non-negative finite number or None, but got explore_gain=-0.1"):
-        AutoByteTuner(fresh_net, explore_gain=-0.1)
+    with pytest.raises(ValueError, match=r"explore_gain must be a finite number in \[-0.5, 10\] or None, but got explore_gain=-0.6"):
+        AutoByteTuner(fresh_net, explore_gain=-0.6)
 
 
 def test_explores_at_most_once_per_regime(fresh_net):
