@@ -70,6 +70,7 @@ class _IterPlan:
     order: list[int]
     credit_bytes: int
     hypers: list[dict[str, Any]]
+    version: int = 0
 
 
 class ScheduledTraining:
@@ -176,6 +177,11 @@ class ScheduledTraining:
             self._done_iter = -1  # last iteration whose messages are all done
             self._backward_iter = -1  # last iteration that ran a backward
             self._group_of = {}
+            self._fused_key: int | None = None
+            self._plan_messages: list[Message] | None = None
+            self._plan_version = 0
+            self._fused: dict[int, Any] = {}
+            self._slot: dict[int, tuple[Any, int]] = {}  # tensor -> (fused buffer, offset) of the latest plan
             if optimizer is not None:
                 self._shadow = copy.copy(optimizer)
                 for gi, g in enumerate(optimizer.param_groups):
@@ -278,7 +284,11 @@ class ScheduledTraining:
                     self._shadow.state = self.optimizer.state
                     self._shadow.defaults = self.optimizer.defaults
                 hypers = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
-            self._ready_q.put(("iter", _IterPlan(it, self.scheduler.messages, list(self._order), self.scheduler.config.credit_bytes, hypers)))
+            if self.scheduler.messages is not self._plan_messages:
+                self._plan_messages = self.scheduler.messages
+                self._plan_version += 1
+            self._ready_q.put(("iter", _IterPlan(it, self.scheduler.messages, list(self._order), self.scheduler.config.credit_bytes,
+                                                 hypers, self._plan_version)))
         counted = self.controller is None or self.controller.counts(it)
         self._fwd_start = time.perf_counter()
         with self._stats_lock:
@@ -640,7 +650,7 @@ class ScheduledTraining:
                     break
                 if in_flight and in_flight_bytes + m.nbytes > plan.credit_bytes:
                     break
-                self._issue(m)
+                self._issue(m, plan.version)
                 in_flight.append((mi, m.nbytes))
                 in_flight_bytes += m.nbytes
                 nxt += 1
@@ -678,7 +688,7 @@ class ScheduledTraining:
                 raise RuntimeError(f"autobyte: internal error, got {kind!r} while iteration {plan.iteration} has {len(msgs) - n_done} messages left")
         return deferred
 
-    def _issue(self, m: Message) -> None:
+    def _issue(self, m: Message, version: int) -> None:
         segs = m.segments
         for t in m.tensors:
             p = self.params[t]
@@ -689,11 +699,45 @@ class ScheduledTraining:
             buf = g.view(-1)[segs[0].start:segs[0].stop]
             view = True
         else:
-            buf = torch.cat([self.params[s.tensor].grad.reshape(-1)[s.start:s.stop] for s in segs])
-            view = False
+            # Fused message: gradients normally already live in the message's
+            # flat buffer (bound after the previous update, like DDP's
+            # gradient_as_bucket_view); otherwise copy them in once.
+            buf = self._fused_buffer(m, version)
+            view = self._bound(m, buf)
+            if not view:
+                off = 0
+                for sg in segs:
+                    buf[off:off + sg.numel].copy_(self.params[sg.tensor].grad.reshape(-1)[sg.start:sg.stop])
+                    off += sg.numel
         t0 = time.perf_counter()
         work = dist.all_reduce(buf, group=self.comm_group, async_op=True)
         self._done_q.put(("msg", m, buf, view, work, t0))
+
+    def _fused_buffer(self, m: Message, version: int) -> Any:
+        """The persistent flat buffer of fused message ``m`` of plan number ``version``."""
+        key = version
+        if self._fused_key != key:
+            # A new plan: new buffers; gradients get bound to them after their next update.
+            self._fused_key, self._fused, self._slot = key, {}, {}
+        buf = self._fused.get(m.index)
+        if buf is None:
+            buf = torch.zeros(m.numel, dtype=self.params[m.segments[0].tensor].dtype, device=self.device)
+            self._fused[m.index] = buf
+            off = 0
+            for sg in m.segments:
+                self._slot[sg.tensor] = (buf, off)
+                off += sg.numel
+        return buf
+
+    def _bound(self, m: Message, buf: Any) -> bool:
+        """Whether every gradient of fused message ``m`` is a view at its place in ``buf``."""
+        off = 0
+        for sg in m.segments:
+            g = self.params[sg.tensor].grad
+            if g is None or g.data_ptr() != buf[off:].data_ptr():
+                return False
+            off += sg.numel
+        return True
 
     def _complete_loop(self) -> None:
         plan: _IterPlan | None = None
@@ -752,7 +796,14 @@ class ScheduledTraining:
             type(self.optimizer).step(self._shadow)
             if self.timeline is not None:
                 self.timeline.span(f"update {self.tensors[t].name}", "update", t0, time.perf_counter())
-        p.grad = None
+        slot = self._slot.get(t)
+        if slot is not None:
+            buf, off = slot
+            view = buf[off:off + p.numel()].view_as(p)
+            view.zero_()  # the next backward accumulates into the message buffer in place
+            p.grad = view
+        else:
+            p.grad = None
         self._updated[t].set()
 
 
