@@ -85,7 +85,7 @@ class MetaDataset:
                 out[k].append(getattr(p, k))
             out["model"].append(remap[p.model])
             out["row_ctx"].append(p.row_ctx + n_ctx)
-            out["lb_offsets"].append((p.lb_offsets[:-1] if True else p.lb_offsets) + lb_base)
+            out["lb_offsets"].append(p.lb_offsets[:-1] + lb_base)
             n_ctx += len(p.observed)
             lb_base += len(p.layer_bytes)
         d = {k: np.concatenate(v) for k, v in out.items() if k not in ("model_names", "lb_offsets")}

@@ -12,7 +12,6 @@ candidates. Online adaptation fine-tunes the head only (encoder frozen).
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from dataclasses import asdict, dataclass
@@ -280,5 +279,3 @@ def default_weights_path() -> Path:
 def relative_error(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
     return np.abs(pred - true) / np.abs(true)
 
-
-del math

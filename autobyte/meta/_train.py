@@ -47,7 +47,7 @@ def context_inputs(ds: MetaDataset) -> tuple[list[np.ndarray], np.ndarray, np.nd
 
 def _rows(ds: MetaDataset) -> tuple[None, np.ndarray, np.ndarray]:
     x, y = row_inputs(ds)
-    return None, y, x[2]
+    return None, y, x[2]  # (unused, targets, candidate features)
 
 
 def train(
