@@ -200,6 +200,21 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
         first_under = next((i + 1 for i, e in enumerate(errs) if e < 0.10 and all(x < 0.10 for x in errs[i:])), None)
         results["shift"] = {"per_message_x": 3, "latency_x": 5, "errors_by_window": errs, "adapt_runs": t.adapter.n_runs,
                             "windows_until_error_stays_under_10pct": first_under}
+        # the tuner running normally in the shifted cluster: MAPE of its predictions
+        # over the whole evaluation space (simulated truth) after every window
+        true = np.array([_sim(model, cl, c, seed=7).samples_per_s for c in EVAL_SPACE])
+        t = _autobyte(_fresh(net))
+        cur = t.start(EVAL_SPACE, BYTESCHEDULER_DEFAULT)
+        grid_mape = []
+        for w in range(10):
+            res = _sim(model, cl, cur, seed=1000 + w)
+            f = res.features()
+            d = t.observe(Observation(w, cur, float(f.speed.sum()), f))
+            job, _ = t._recent[-1]
+            grid_mape.append(float(np.mean(np.abs(t.net.predict_speeds(job, EVAL_SPACE.to_array()) - true) / true)))
+            cur = d.config if d is not None else cur
+        results["shift"]["tuner_grid_mape_by_window"] = grid_mape
+        results["shift"]["tuner_final_vs_oracle"] = float(res.samples_per_s / true.max())
         _fresh(net)
         print("shift", results["shift"], flush=True)
     if want("fig89"):
