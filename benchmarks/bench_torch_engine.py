@@ -1,6 +1,6 @@
 """Plain DDP vs the scheduled engine, side by side in one run on 2 CPU ranks (gloo).
 
-    python benchmarks/bench_torch_engine.py [--rounds 5] [--iters 20] [--quick]
+    python benchmarks/bench_torch_engine.py [--rounds 5] [--iters 20] [--quick] [--mbit R]
 
 Modes are interleaved round by round inside the same two processes; the
 table gives the median samples/s of each mode and its ratio to DDP. (a) is
@@ -44,16 +44,33 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--quick", action="store_true", help="DDP vs its operating point only, 2 rounds")
+    ap.add_argument("--mbit", type=float, default=None,
+                    help="run the two ranks in network namespaces on a link shaped to this rate (needs root; default: loopback)")
     args = ap.parse_args()
     modes = ["ddp"] + (GRID[:1] if args.quick else GRID)
     rounds = 2 if args.quick else args.rounds
     opts = {"modes": modes, "rounds": rounds, "iters": args.iters, "batch_size": args.batch_size}
-    res = launch(["-m", "autobyte.bench.torch_ranks", json.dumps(opts)], 2, timeout_s=3600)
-    for r in res:
-        if r.returncode != 0:
-            print(r.stderr[-4000:], file=sys.stderr)
-            return 1
-    rows = [json.loads(line) for line in res[0].stdout.splitlines() if line.startswith("{")]
+    argv = ["-m", "autobyte.bench.torch_ranks", json.dumps(opts)]
+    if args.mbit is None:
+        res = launch(argv, 2, timeout_s=3600)
+        for r in res:
+            if r.returncode != 0:
+                print(r.stderr[-4000:], file=sys.stderr)
+                return 1
+        out = res[0].stdout
+    else:
+        import io
+
+        from autobyte.testbed import Testbed
+
+        buf = io.StringIO()
+        with Testbed(2, bandwidth_mbit=args.mbit) as tb:
+            if tb.run([sys.executable, *argv], timeout_s=3600, stdout=buf) != 0:
+                print(buf.getvalue()[-4000:], file=sys.stderr)
+                return 1
+        out = "\n".join(line.split("] ", 1)[-1] for line in buf.getvalue().splitlines())
+    print(f"link: {'loopback (unshaped)' if args.mbit is None else f'{args.mbit:g} Mbit/s, network namespaces'}")
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     base = statistics.median(rows[0]["samples_per_s"])
     print(f"| mode | samples/s (median of {rounds}) | vs DDP |")
     print("|---|---:|---:|")
