@@ -1,16 +1,28 @@
 """The meta-network (Keras 3), its features, offline training and the AutoByte tuner.
 
-Importing this package imports Keras; when ``KERAS_BACKEND`` is unset and
-TensorFlow is absent, the PyTorch backend is chosen.
+Names are imported on first use, so ``autobyte --help`` and the CLI's
+sub-command registration do not pay for Keras. Using the network imports
+Keras; when ``KERAS_BACKEND`` is unset and TensorFlow is absent, the PyTorch
+backend is chosen.
 """
 
 from __future__ import annotations
 
-from ._features import FEATURE_VERSION, JobInputs, candidate_features, featurize
-from ._network import MetaNetwork, NetworkShape, default_weights_path
-from ._tuner import Adapter, AutoByteTuner
+import importlib
+from typing import Any
 
-__all__ = sorted([
-    "Adapter", "AutoByteTuner", "FEATURE_VERSION", "JobInputs", "MetaNetwork", "NetworkShape", "candidate_features",
-    "default_weights_path", "featurize",
-])
+_WHERE = {
+    "FEATURE_VERSION": "._features", "JobInputs": "._features", "candidate_features": "._features", "featurize": "._features",
+    "MetaNetwork": "._network", "NetworkShape": "._network", "default_weights_path": "._network",
+    "Adapter": "._tuner", "AutoByteTuner": "._tuner",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'autobyte.meta' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    globals()[name] = value
+    return value
