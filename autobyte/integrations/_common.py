@@ -33,3 +33,35 @@ def check_tuning_args(
     check_bool("verbose", verbose)
     check_positive("timeout_s", timeout_s, "seconds")
     return initial
+
+
+class CallbackState:
+    """``state_dict``/``load_state_dict`` shared by the framework callbacks.
+
+    The state is plain types (JSON-serialisable): the engine's configuration
+    and tuner state, and the decision history. Loaded before fitting starts,
+    it is kept and applied when the engine exists.
+    """
+
+    handle: Any
+    initial: Config
+    decisions: list[dict[str, Any]]
+    _restored: dict[str, Any] | None
+    _active: bool
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-typed state (configuration, tuner, decisions), saved in checkpoints."""
+        if self._restored is not None:
+            return self._restored
+        engine_state = self.handle.state_dict() if self.handle is not None else {"config": self.initial.to_dict()}
+        return {"version": 1, "engine": engine_state, "decisions": [dict(d) for d in self.decisions]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (tolerant of missing keys); applied when fitting starts."""
+        state = {"version": state_dict.get("version", 1), "engine": dict(state_dict.get("engine", {})),
+                 "decisions": list(state_dict.get("decisions", []))}
+        if self._active:
+            self.handle.load_state_dict(state["engine"])
+            self.decisions = [dict(d) for d in state["decisions"]]
+        else:
+            self._restored = state

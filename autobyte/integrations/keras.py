@@ -25,7 +25,7 @@ from typing import Any
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Decision, Tuner
-from ._common import check_tuning_args
+from ._common import CallbackState, check_tuning_args
 from ._imports import require
 
 __all__ = ["AutoByteCallback"]
@@ -63,7 +63,7 @@ def _check_backend() -> None:
         )
 
 
-class AutoByteCallback(keras.callbacks.Callback):
+class AutoByteCallback(CallbackState, keras.callbacks.Callback):
     """Average gradients across processes with AutoByte's scheduler during ``model.fit`` (torch backend).
 
     Start one process per worker with ``torchrun`` (or any launcher that sets
@@ -227,23 +227,6 @@ class AutoByteCallback(keras.callbacks.Callback):
             prev = Config(**last["config"]) if last.get("config") else None
             print(f"AutoByte reconfigured at step {iteration}: {prev} -> {config}: {decision.reason}", flush=True)
 
-    # ----------------------------------------------------------------- state
-    def state_dict(self) -> dict[str, Any]:
-        """Plain-typed state (configuration, tuner, decisions); JSON-serialisable."""
-        if self._restored is not None:
-            return self._restored
-        engine_state = self.handle.state_dict() if self.handle is not None else {"config": self.initial.to_dict()}
-        return {"version": 1, "engine": engine_state, "decisions": [dict(d) for d in self.decisions]}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; applied when the next ``fit`` starts (tolerant of missing keys)."""
-        state = {"version": state_dict.get("version", 1), "engine": dict(state_dict.get("engine", {})),
-                 "decisions": list(state_dict.get("decisions", []))}
-        if self._active:
-            self.handle.load_state_dict(state["engine"])
-            self.decisions = [dict(d) for d in state["decisions"]]
-        else:
-            self._restored = state
 
 
 def _dist() -> Any:

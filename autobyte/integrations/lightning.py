@@ -28,7 +28,7 @@ from typing import Any
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Decision, Tuner
 from ..core._checks import check_bool
-from ._common import check_tuning_args
+from ._common import CallbackState, check_tuning_args
 from ._imports import check_version
 
 __all__ = ["AutoByteCallback"]
@@ -99,7 +99,7 @@ def _batch_size(batch: Any) -> int:
         return 1
 
 
-class AutoByteCallback(*_callback_bases()):  # type: ignore[misc]
+class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
     """Schedule and auto-tune DDP's gradient communication; add it to ``Trainer(callbacks=[...])``.
 
     With ``strategy="ddp"`` (or ``"ddp_spawn"``, ``"ddp_fork"``,
@@ -364,24 +364,6 @@ class AutoByteCallback(*_callback_bases()):  # type: ignore[misc]
             self._patched_strategy.__dict__.pop("configure_ddp", None)
             self._patched_strategy = None
 
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Plain-typed state saved in Lightning checkpoints (configuration, tuner, decisions)."""
-        if self._restored is not None:
-            return self._restored
-        if self.handle is not None:
-            return {"version": 1, "engine": self.handle.state_dict(), "decisions": [dict(d) for d in self.decisions]}
-        return {"version": 1, "engine": {"config": self.initial.to_dict()}, "decisions": []}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore from a checkpoint; applied when fitting starts (tolerant of missing keys)."""
-        state = {"version": state_dict.get("version", 1), "engine": dict(state_dict.get("engine", {})),
-                 "decisions": list(state_dict.get("decisions", []))}
-        if self._active:
-            self.handle.load_state_dict(state["engine"])
-            self.decisions = [dict(d) for d in state["decisions"]]
-        else:
-            self._restored = state
 
 
 def _no_ddp_wrap() -> None:
