@@ -45,7 +45,7 @@ import numpy as np
 from ..core._checks import check_positive
 from ..core.metrics import StatsCollector, WindowStats
 from ..core.scheduler import Message, Scheduler, TensorSpec, plan_order
-from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace, check_bytes
+from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.timeline import Timeline
 from ..core.tuning import Controller, Decision, Tuner
 from ._imports import require_torch

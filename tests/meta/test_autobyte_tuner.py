@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import warnings
 
 import numpy as np
@@ -89,7 +88,7 @@ def test_disabled_never_reconfigures(fresh_net):
 def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
     # a cluster far from the training data: per-message cost x20
     t = AutoByteTuner(fresh_net, background=False, adapt_time_s=0.5)
-    cur = t.start(SPACE, SPACE[0])
+    t.start(SPACE, SPACE[0])
     for w, c in enumerate(list(SPACE) * 2):  # visit configs: every window labels the earlier ones
         t.observe(obs(c, w, per_message_s=2e-3))
     assert t.adapter.n_runs >= 1

@@ -3,7 +3,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autobyte.core.space import Config
 from autobyte.meta._data import HELDOUT_MODELS, MetaDataset, from_sim_dataset
 from autobyte.meta._train import context_inputs
 from autobyte.sim import dataset as simdata

@@ -7,7 +7,6 @@ the shaped rate (TCP payload vs. link rate costs ~4%).
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 import statistics
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autobyte.testbed import SUBNET, Testbed, TestbedError
+from autobyte.testbed import SUBNET, Testbed
 from autobyte.testbed._state import namespace_pids
 
 from .conftest import LAUNCH, REPO, host_snapshot, json_lines, launch, needs_root
