@@ -350,26 +350,16 @@ class AutoByteTuner(Tuner):
 
     def _track_regime(self, job: JobInputs, obs: Observation) -> None:
         env = job.job[_ENV]
-        changed: tuple[float, float] | None = None
         if self._last_env is not None:
             c, e, v = self._last_env
             if c == obs.config and (np.max(np.abs(env - e)) > math.log(1.1) or abs(math.log(obs.speed / v)) > math.log(1.1)):
-                changed = (v, obs.speed)
-        # A configuration measured earlier in this regime (e.g. the one a rollback
-        # returns to) that now runs >10% faster or slower means the conditions
-        # moved, even when the windows in between ran other configurations.
-        known = self._measured.get(obs.config)
-        if changed is None and known is not None and abs(math.log(obs.speed / known)) > math.log(1.1):
-            changed = (known, obs.speed)
-        if changed is not None:
-            _log.info("autobyte: conditions changed at iteration %d (speed %.1f -> %.1f); forgetting measurements.",
-                      obs.iteration, changed[0], obs.speed)
-            self._measured.clear()
-            self._recent.clear()
-            self._prev = None
-            self._explored = False
-            self._moved, self._move_error, self._bar = False, 0.0, 1.0
-            self.gain.reset()
+                _log.info("autobyte: conditions changed at iteration %d (speed %.1f -> %.1f); forgetting measurements.", obs.iteration, v, obs.speed)
+                self._measured.clear()
+                self._recent.clear()
+                self._prev = None
+                self._explored = False
+                self._moved, self._move_error, self._bar = False, 0.0, 1.0
+                self.gain.reset()
         self._last_env = (obs.config, env, obs.speed)
         self._measured[obs.config] = obs.speed
 

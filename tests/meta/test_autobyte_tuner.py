@@ -136,25 +136,6 @@ def test_rollback_after_a_measured_slowdown(fresh_net):
     assert d is not None and d.config == SPACE[4] and d.reason.startswith("rollback")
 
 
-def test_a_config_returned_to_at_another_speed_starts_a_new_regime(fresh_net):
-    # Windows that straddle a bandwidth change can make a rollback compare two
-    # regimes; back on the old config, its speed no longer matches what was
-    # measured, so the measurements of the old regime must be forgotten.
-    t = AutoByteTuner(fresh_net, background=False, explore_gain=None)
-    cur = t.start(SPACE, SPACE[4])
-    fast = obs(cur, 0, gbps=10.0)
-    t.observe(fast)
-    other = obs(SPACE[0], 1, gbps=10.0)
-    t.observe(Observation(1, SPACE[0], other.speed, other.features))
-    assert SPACE[4] in t._measured and SPACE[0] in t._measured
-    slow = obs(cur, 2, gbps=1.0)
-    assert slow.speed < fast.speed / 1.1
-    d = t.observe(slow)
-    assert t._measured == {cur: slow.speed}  # the 10 Gbit/s measurements are gone
-    assert d is None or not d.reason.startswith("rollback")
-    assert t._prev is None or t._prev == (cur, slow.speed)  # any move now is judged against the new regime
-
-
 def test_rejects_bad_explore_gain(fresh_net):
     with pytest.raises(ValueError, match=r"explore_gain must be a finite number in \[-0.5, 10\] or None, but got explore_gain=-0.6"):
         AutoByteTuner(fresh_net, explore_gain=-0.6)
