@@ -10,35 +10,21 @@ import sys
 
 import pytest
 
+from _docsnippets import ROOT, example_lines, in_order, snippet
+
 pytest.importorskip("lightning.pytorch")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "docs", "examples", "lightning_ddp.py")
 SPAWN = os.path.join(os.path.dirname(__file__), "scripts", "lightning_spawn.py")
-WEIGHTS = os.path.join(ROOT, "autobyte", "meta", "weights", "meta.weights.h5")
-
-
-def snippet(doc: str, name: str) -> list[str]:
-    """The code lines of the ```python block after ``<!-- snippet: name -->`` in ``docs/<doc>``."""
-    text = open(os.path.join(ROOT, "docs", doc)).read()
-    m = re.search(rf"<!-- snippet: {name} -->\s*```python\n(.*?)```", text, re.S)
-    assert m, f"docs/{doc} has no snippet {name!r}"
-    return [line.strip() for line in m.group(1).splitlines() if line.strip()]
-
-
-def in_order(needles: list[str], haystack: list[str]) -> bool:
-    it = iter(haystack)
-    return all(any(n == h for h in it) for n in needles)
 
 
 def test_docs_snippet_is_what_the_example_runs():
     lines = snippet("lightning.md", "lightning")
     assert "callbacks=[AutoByteCallback()],  # the one added line" in lines
-    example = [line.split("  # noqa")[0].strip() for line in open(EXAMPLE)]
+    example = example_lines(EXAMPLE)
     assert in_order(lines, example), f"docs/lightning.md snippet is not in {EXAMPLE} as written"
 
 
-@pytest.mark.skipif(not os.path.exists(WEIGHTS), reason="the meta-network weights (default tuner) are not shipped yet")
 def test_example_runs_as_written(tmp_path):
     # Lightning's own launcher starts the second process (strategy="ddp").
     env = dict(os.environ, OMP_NUM_THREADS="1")
