@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     clock = Clock()
     callbacks: list[Any] = [clock] + ([autobyte] if autobyte is not None else [])
     trainer = pl.Trainer(
-        strategy="ddp", accelerator="cpu", num_nodes=world, devices=1, max_steps=iters, callbacks=callbacks,
+        strategy="ddp", accelerator="cpu", num_nodes=world, devices=1, max_steps=iters, max_epochs=1, callbacks=callbacks,
         logger=pl.loggers.CSVLogger(os.path.join(out_dir, "logs"), name="job"), enable_checkpointing=False,
         enable_model_summary=False, use_distributed_sampler=False, enable_progress_bar=rank == 0,
     )
