@@ -7,6 +7,16 @@ import os
 import time
 from typing import Any
 
+from ._real import METHODS
+
+
+def _trace_args(p: argparse.ArgumentParser, *, low_mbit: float, high_mbit: float, every: int, iters: int) -> None:
+    """The step trace both commands run on: fast and slow rate, phase length, run length."""
+    p.add_argument("--low-mbit", type=float, default=low_mbit, help=f"slow link rate of the step trace, Mbit/s (default {low_mbit:g})")
+    p.add_argument("--high-mbit", type=float, default=high_mbit, help=f"fast link rate, Mbit/s (default {high_mbit:g})")
+    p.add_argument("--every", type=int, default=every, help=f"iterations per bandwidth phase (default {every})")
+    p.add_argument("--iters", type=int, default=iters, help=f"iterations of each run (default {iters})")
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -14,12 +24,8 @@ def register(sub: Any) -> None:
         help="real training side by side on one bandwidth trace: DDP, ByteScheduler default, BO, AutoByte, per-phase oracle",
         description="Real 2-worker training in network namespaces (needs root); see docs/benchmarks.md.",
     )
-    p.add_argument("--low-mbit", type=float, default=200.0, help="low rate of the step trace, Mbit/s (default 200)")
-    p.add_argument("--high-mbit", type=float, default=2000.0, help="high rate of the step trace, Mbit/s (default 2000)")
-    p.add_argument("--every", type=int, default=20, help="iterations per bandwidth phase (default 20)")
-    p.add_argument("--iters", type=int, default=200, help="iterations of each trace run (default 200)")
-    p.add_argument("--methods", default=",".join(("ddp", "bytescheduler", "bo", "autobyte", "oracle")),
-                   help="comma-separated subset of ddp,bytescheduler,bo,autobyte,oracle")
+    _trace_args(p, low_mbit=200.0, high_mbit=2000.0, every=20, iters=200)
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     p.add_argument("--bo-iters", type=int, default=150, help="iterations of the BO search (default 150: 15 windows)")
     p.add_argument("--grid-iters", type=int, default=6, help="measured iterations per grid config for the oracle (default 6)")
     p.add_argument("--out", default=None, help="output folder (default runs/bench-<time>)")
@@ -47,10 +53,7 @@ def register_demo(sub: Any) -> None:
         help="train a real model with 2 local workers, plain DDP vs AutoByte, and show what AutoByte chose",
         description="Needs nothing but this package; as root the workers get an emulated, changing network.",
     )
-    p.add_argument("--iters", type=int, default=80, help="training iterations per run (default 80)")
-    p.add_argument("--every", type=int, default=20, help="iterations between bandwidth changes (default 20)")
-    p.add_argument("--low-mbit", type=float, default=300.0, help="slow link rate, Mbit/s (default 300)")
-    p.add_argument("--high-mbit", type=float, default=2000.0, help="fast link rate, Mbit/s (default 2000)")
+    _trace_args(p, low_mbit=300.0, high_mbit=2000.0, every=20, iters=80)
     p.add_argument("--tuner", default="autobyte", help="tuner for the second run (default autobyte)")
     p.add_argument("--out", default=None, help="output folder (default runs/demo-<time>)")
     p.set_defaults(func=_demo)

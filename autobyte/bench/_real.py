@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -246,7 +245,3 @@ def plot(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]], decisions: dict
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def median(xs: Sequence[float]) -> float:
-    return statistics.median(xs)
