@@ -20,6 +20,7 @@ applies them, so every rank applies the same averaged update.
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any
 
@@ -250,7 +251,16 @@ def _ensure_group() -> bool:
 
     backend = "nccl" if str(get_device()).startswith("cuda") else "gloo"
     dist.init_process_group(backend, init_method="env://")
+    # The callback made the group, so it also ends it: a gloo group still alive
+    # at interpreter exit can abort the process ("terminate called ...").
+    atexit.register(_destroy_group)
     return True
+
+
+def _destroy_group() -> None:
+    dist = _dist()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _parameters_of(model: Any, torch: Any) -> Any:
