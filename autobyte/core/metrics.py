@@ -62,6 +62,41 @@ class WindowStats:
             kw[k] = int(round(kw[k]))
         return cls(layer_backward_s=tuple(v[8:]), **kw)  # type: ignore[arg-type]
 
+    @classmethod
+    def merge(cls, parts: Sequence["WindowStats"]) -> "WindowStats":
+        """One rank's consecutive windows as one window (means weighted by iterations).
+
+        Raises:
+            ValueError: ``parts`` is empty or holds windows of different tensor counts.
+        """
+        if not parts:
+            raise ValueError("parts must hold at least one WindowStats to merge, but got none.")
+        if len(parts) == 1:
+            return parts[0]
+        widths = {len(p.layer_backward_s) for p in parts}
+        if len(widths) != 1:
+            raise ValueError(f"windows to merge must have the same number of tensors, but got {sorted(widths)}.")
+        n = np.array([p.n_iters for p in parts], dtype=np.float64)
+        if n.sum() <= 0:
+            raise ValueError("windows to merge hold zero iterations in total.")
+        w = n / n.sum()
+        times = np.array([p.iter_time_s * p.n_iters for p in parts])
+        samples = np.array([p.samples_per_s * p.iter_time_s * p.n_iters for p in parts])
+        layer = np.array([p.layer_backward_s for p in parts], dtype=np.float64)
+        nbytes = sum(p.bytes_sent for p in parts)
+        busy = float(sum(p.comm_busy_s for p in parts))
+        return cls(
+            n_iters=int(n.sum()),
+            iter_time_s=float(times.sum() / n.sum()),
+            samples_per_s=float(samples.sum() / times.sum()) if times.sum() > 0 else 0.0,
+            forward_s=float(np.dot(w, [p.forward_s for p in parts])),
+            layer_backward_s=tuple(float(x) for x in w @ layer),
+            bytes_sent=nbytes,
+            n_messages=sum(p.n_messages for p in parts),
+            comm_busy_s=busy,
+            bandwidth_Bps=nbytes / busy if busy > 0 else 0.0,
+        )
+
 
 @dataclass
 class StatsCollector:

@@ -11,6 +11,7 @@ rank 0, and says at which iteration every rank applies the decision.
 from __future__ import annotations
 
 import abc
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -31,12 +32,18 @@ class Observation:
         config: the configuration in force during the window.
         speed: observed cluster throughput, samples/s (sum over workers).
         features: runtime features (Table II) of the window.
+        regime_changed: the controller saw conditions change under an
+            unchanged configuration just before this window (the window then
+            holds only the iterations after the change, and may be shorter
+            than a full one); measurements taken before it describe another
+            regime.
     """
 
     iteration: int
     config: Config
     speed: float
     features: RuntimeFeatures
+    regime_changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,18 @@ class StaticTuner(Tuner):
 class Controller:
     """Windows, features and decisions for one job, independent of the engine.
 
+    Engines gather every rank's statistics when :meth:`check_due` says so
+    (every ``check_iters`` counted iterations) and hand them to
+    :meth:`decide` on rank 0. The controller
+    joins consecutive checks under one configuration into a window of
+    ``window_iters`` iterations and asks the tuner once per window. When a
+    check's speed differs from the previous check's, under the same
+    configuration, by more than ``regime_change``, conditions changed (a
+    bandwidth drop, another job on the GPU): the iterations before the change
+    are dropped and the tuner is asked at once, on the check alone, with
+    ``Observation.regime_changed`` set. A change is thus acted on within about
+    ``check_iters`` iterations, and no window mixes two regimes.
+
     Args:
         tuner: the policy (rank 0 only calls :meth:`decide`).
         space: candidate configurations.
@@ -96,9 +115,16 @@ class Controller:
         warmup_iters: iterations ignored at the start and after every
             reconfiguration (plan rebuild, cold caches).
         link_factor: link bytes per payload byte (ring all-reduce: 2(n-1)/n).
+        check_iters: iterations between two checks; must divide
+            ``window_iters`` (default: half a window when ``window_iters`` is
+            even, else a whole one).
+        regime_change: relative speed change between two checks under one
+            configuration that counts as changed conditions (0.15); ``None``
+            turns the early reaction off (windows are then only ever full).
 
     Raises:
-        ValueError: ``window_iters`` or ``warmup_iters`` out of range.
+        ValueError: ``window_iters``, ``warmup_iters``, ``check_iters`` or
+            ``regime_change`` out of range.
     """
 
     tuner: Tuner
@@ -109,24 +135,48 @@ class Controller:
     window_iters: int = 10
     warmup_iters: int = 2
     link_factor: float = 1.0
+    check_iters: int | None = None
+    regime_change: float | None = 0.15
     history: list[dict[str, Any]] = field(default_factory=list)
     _skip_until: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         check_int("window_iters", self.window_iters)
         check_int("warmup_iters", self.warmup_iters, minimum=0)
+        if self.check_iters is None:
+            self.check_iters = self.window_iters // 2 if self.window_iters % 2 == 0 else self.window_iters
+        check_int("check_iters", self.check_iters)
+        if self.window_iters % self.check_iters:
+            raise ValueError(f"check_iters must divide window_iters={self.window_iters}, but got check_iters={self.check_iters}.")
+        rc = self.regime_change
+        if rc is not None and (isinstance(rc, bool) or not isinstance(rc, (int, float)) or not math.isfinite(rc) or not 0 < rc < 10):
+            raise ValueError(f"regime_change must be a number in (0, 10) or None, but got regime_change={rc!r}.")
         self.current = self.tuner.start(self.space, self.initial)
         self._skip_until = self.warmup_iters
+        #: windows handed to the tuner so far (a check that completes one increments it)
+        self.n_windows = 0
+        self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
+        self._last_check: tuple[Config, float] | None = None  # config and speed of the previous check
 
     def counts(self, iteration: int) -> bool:
         """Whether statistics of ``iteration`` belong in a window (not warm-up)."""
         return iteration >= self._skip_until
 
-    def decide(self, iteration: int, windows: Sequence[WindowStats]) -> Decision | None:
-        """Rank 0: end of a window at ``iteration`` with every rank's statistics.
+    def check_due(self, n_iters: int) -> bool:
+        """Whether ``n_iters`` counted iterations since the last check make the next one.
 
-        Returns the decision (or ``None``); never raises on bad statistics:
-        a window it cannot use keeps the current config and warns.
+        The same answer on every rank (it depends on the count only), so every
+        rank joins the check's collective at the same iteration.
+        """
+        assert self.check_iters is not None
+        return n_iters >= self.check_iters
+
+    def decide(self, iteration: int, windows: Sequence[WindowStats]) -> Decision | None:
+        """Rank 0: a check at ``iteration`` with every rank's statistics since the last one.
+
+        Returns the decision (or ``None``: keep the configuration, or the
+        window is not full yet); never raises on bad statistics: a check it
+        cannot use keeps the current config and warns.
         """
         try:
             if any(w.n_iters == 0 for w in windows):
@@ -138,9 +188,34 @@ class Controller:
         except ValueError as exc:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
-        obs = Observation(iteration, self.current, speed, features)
+        changed = False
+        if self._last_check is not None and self.regime_change is not None:
+            cfg, before = self._last_check
+            changed = cfg == self.current and abs(math.log(speed / before)) > math.log1p(self.regime_change)
+        self._last_check = (self.current, speed)
+        if changed:
+            self._pending = []  # iterations of the previous regime
+        self._pending.append(list(windows))
+        if not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:
+            return None
+        checks, self._pending = self._pending, []
+        try:
+            if len({len(p) for p in checks}) != 1:
+                raise ValueError("the number of ranks changed inside the window")
+            merged = [WindowStats.merge(list(rank)) for rank in zip(*checks)]
+            if len(checks) > 1:
+                features = RuntimeFeatures.from_windows(self.arch, self.layer_bytes, merged, self.link_factor)
+                speed = float(np.sum(features.speed))
+        except ValueError as exc:
+            warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
+            return None
+        obs = Observation(iteration, self.current, speed, features, regime_changed=changed)
+        self.n_windows += 1
         decision = self.tuner.observe(obs)
-        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed}
+        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
+                                 "iterations": merged[0].n_iters}
+        if changed:
+            entry["regime_changed"] = True
         if decision is not None and decision.config != self.current:
             entry.update(new_config=decision.config.to_dict(), reason=decision.reason, predicted_speed=decision.predicted_speed)
         else:
@@ -152,6 +227,7 @@ class Controller:
         """Every rank: ``config`` is in force from ``iteration`` on."""
         if config != self.current:
             self._skip_until = iteration + self.warmup_iters
+            self._pending, self._last_check = [], None
         self.current = config
 
     def state_dict(self) -> dict[str, Any]:

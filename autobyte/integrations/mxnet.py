@@ -75,9 +75,10 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
     batch it pushes and pulls the gradients through a :class:`KVStoreEngine`
     (``engine="kvstore"``, a ``dist_sync`` parameter server) or all-reduces
     them through a :class:`HorovodEngine` (``engine="horovod"``), then
-    applies the optimizer. Every ``window_iters`` batches, rank 0's tuner
-    sees every worker's statistics and may pick a new configuration, which
-    every worker applies from the next batch. With a non-distributed kvstore
+    applies the optimizer. Every ``window_iters`` batches (sooner when
+    conditions change, see :class:`~autobyte.core.tuning.Controller`), rank
+    0's tuner sees every worker's statistics and may pick a new
+    configuration, which every worker applies from the next batch. With a non-distributed kvstore
     (one worker) it warns once and training runs exactly as without it.
 
     Args:
@@ -205,12 +206,12 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         if not controller.counts(it):
             engine.stats.reset()
             return
-        if engine.stats.n_iters < self.window_iters:
+        if not controller.check_due(engine.stats.n_iters):
             return
         windows = engine.gather_windows(engine.stats.window())
         decision = controller.decide(it, windows) if engine.rank == 0 else None
-        if engine.rank == 0 and self.verbose:
-            entry = controller.history[-1] if controller.history else {}
+        entry = controller.history[-1] if controller.history else {}
+        if engine.rank == 0 and self.verbose and entry.get("iteration") == it:
             self._log(f"autobyte: batch {it}: {controller.current}, observed {entry.get('speed', float('nan')):.1f} samples/s")
         cfg = engine.agree(decision.config if decision is not None else None, at_iteration=it + 1)
         if cfg is not None:

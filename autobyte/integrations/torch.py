@@ -268,7 +268,7 @@ class ScheduledTraining:
         self._in_iteration = False
         self.iteration += 1
         it = self.iteration
-        if self.controller is not None and self.stats.n_iters >= self.window_iters:
+        if self.controller is not None and self.controller.check_due(self.stats.n_iters):
             self._window_boundary(it)
         changed = self.scheduler.begin_iteration(it)
         if changed:
@@ -379,7 +379,7 @@ class ScheduledTraining:
                 off += n
 
     def _window_boundary(self, it: int) -> None:
-        """Gather every rank's window, let rank 0 decide, apply everywhere at ``it``."""
+        """A controller check: gather every rank's statistics, let rank 0 decide, apply everywhere at ``it``."""
         assert self.controller is not None
         with self._stats_lock:
             mine = self.stats.window()
@@ -390,18 +390,22 @@ class ScheduledTraining:
             self._collective(lambda: dist.all_gather(out, vec, group=self.group))
             windows = [WindowStats.from_vector(v.cpu().numpy()) for v in out]
         self._learn_estimates(windows)
-        decision = self.controller.decide(it, windows) if self.rank == 0 else None
+        decision, observed = None, False
+        if self.rank == 0:
+            seen = self.controller.n_windows
+            decision = self.controller.decide(it, windows)
+            observed = self.controller.n_windows > seen
         cfg = decision.config if decision is not None else self.scheduler.config
         if self.active:
-            msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, int(decision is not None)], dtype=torch.int64, device=self._cdev)
+            msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, int(decision is not None), int(observed)], dtype=torch.int64, device=self._cdev)
             src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
             self._collective(lambda: dist.broadcast(msg, src, group=self.group))
-            cfg = Config(int(msg[0]), int(msg[1]))
+            cfg, observed = Config(int(msg[0]), int(msg[1])), bool(msg[3])
         if cfg != self.scheduler.config:
             self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=it, reason=decision.reason if decision else "rank 0")
         else:
             self._order = self._planned_order()
-        if self.on_decision is not None:
+        if self.on_decision is not None and observed:  # a window ended (checks in between are silent)
             self.on_decision(it, decision, cfg)
 
     def _learn_estimates(self, windows: Sequence[WindowStats]) -> None:

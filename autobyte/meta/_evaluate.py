@@ -1,10 +1,12 @@
 """``autobyte evaluate``: the paper's experiments (Fig. 5-9) on the simulator.
 
-Every run goes window by window (10 iterations): the simulator runs the
-window under the configuration in force and the conditions of that window,
-the tuner observes the window's statistics and may pick the configuration of
-the next window. The per-phase oracle is the best configuration of the search
-space in each phase (a grid search on the simulator).
+Every run goes as an engine runs: the simulator runs 5 iterations at a time
+(a controller check) under the configuration in force and the conditions of
+that window, a :class:`~autobyte.core.tuning.Controller` joins checks into
+10-iteration windows for the tuner (or asks it at once when conditions
+changed) and the decision applies from the next check. The per-phase oracle
+is the best configuration of the search space in each phase (a grid search
+on the simulator).
 """
 
 from __future__ import annotations
@@ -19,18 +21,27 @@ import numpy as np
 
 from autobyte.core.space import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config, MiB, SearchSpace
 from autobyte.core.tuners import BOTuner
-from autobyte.core.tuning import Observation, Tuner
+from autobyte.core.tuning import Controller, Observation, Tuner
 
 WINDOW = 10
+#: Iterations simulated between two controller checks (half a window, the engines' default).
+CHECK = 5
 #: Search space scored by AutoByte and searched by the oracle in the evaluation.
 EVAL_SPACE = SearchSpace.grid([MiB // 2, MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB], [1, 2, 3, 4, 6, 8])
 
 
 @dataclass
 class Run:
+    """Per-window results of one scheme: ``speeds[w]`` samples/s of window ``w``,
+    ``configs[w]`` the configuration in force at its end, ``changes`` the
+    iterations at which the configuration changed, ``check_speeds`` samples/s
+    of every ``CHECK`` iterations."""
+
     name: str
     speeds: list[float] = field(default_factory=list)
     configs: list[Config] = field(default_factory=list)
+    changes: list[int] = field(default_factory=list)
+    check_speeds: list[float] = field(default_factory=list)
     sim_s: float = 0.0
     tuner_cpu_s: float = 0.0
 
@@ -39,29 +50,56 @@ class Run:
         return float(np.mean(self.speeds))
 
 
-def _sim(model: Any, cluster: Any, cfg: Config, seed: int) -> Any:
+def _sim(model: Any, cluster: Any, cfg: Config, seed: int, n_iters: int = WINDOW) -> Any:
     from autobyte import sim
 
-    return sim.simulate(model, cluster, cfg, n_iters=WINDOW, seed=seed)
+    return sim.simulate(model, cluster, cfg, n_iters=n_iters, seed=seed)
 
 
-def run_tuner(name: str, tuner: Tuner | None, start: Config, model: Any, phase: Callable[[int], Any], n_windows: int, space: SearchSpace = EVAL_SPACE) -> Run:
-    """``phase(w)`` gives the Cluster of window ``w``."""
+def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Config], model: Any, phase: Callable[[int], Any],
+              n_windows: int, space: SearchSpace = EVAL_SPACE) -> Run:
+    """Simulate ``n_windows`` windows, ``CHECK`` iterations at a time, as an engine runs.
+
+    ``phase(w)`` gives the Cluster of window ``w``. With a tuner, a
+    :class:`~autobyte.core.tuning.Controller` (as in every engine) gets each
+    chunk's per-worker statistics and may reconfigure from the next chunk
+    (no warm-up: the simulator has no plan-rebuild cost). Without one,
+    ``start`` is the configuration, or a function of the window giving it.
+    """
     run = Run(name)
-    cur = tuner.start(space, start) if tuner is not None else start
-    for w in range(n_windows):
-        res = _sim(model, phase(w), cur, seed=1000 + w)
-        f = res.features()
-        speed = float(f.speed.sum())
-        run.speeds.append(speed)
-        run.configs.append(cur)
+    ctl = None
+    if tuner is not None:
+        assert isinstance(start, Config)
+        cl0 = phase(0)
+        ctl = Controller(tuner, space, start, cl0.arch, model.layer_bytes, window_iters=WINDOW, warmup_iters=0,
+                         link_factor=cl0.link_factor, check_iters=CHECK)
+    cur = ctl.current if ctl is not None else None
+    samples = time_s = 0.0
+    for c in range(n_windows * WINDOW // CHECK):
+        w = c * CHECK // WINDOW
+        if ctl is None:
+            cur = start(w) if callable(start) else start
+        assert cur is not None
+        res = _sim(model, phase(w), cur, seed=1000 + c, n_iters=CHECK)
+        run.check_speeds.append(res.samples_per_s)
+        samples += res.samples_per_s * float(np.sum(res.iter_time_s))
+        time_s += float(np.sum(res.iter_time_s))
         run.sim_s += float(np.sum(res.iter_time_s))
-        if tuner is not None:
+        it = (c + 1) * CHECK
+        if ctl is not None:
             t0 = time.process_time()
-            d = tuner.observe(Observation((w + 1) * WINDOW, cur, speed, f))
+            d = ctl.decide(it, res.window_stats())
             run.tuner_cpu_s += time.process_time() - t0
             if d is not None:
-                cur = d.config
+                ctl.applied(it, d.config)
+        if it % WINDOW == 0:
+            run.speeds.append(samples / time_s)
+            run.configs.append(cur)
+            samples = time_s = 0.0
+        nxt = ctl.current if ctl is not None else (start(it // WINDOW) if callable(start) else start)
+        if nxt != cur:
+            run.changes.append(it)
+        cur = nxt
     return run
 
 
@@ -102,23 +140,18 @@ def dynamic(net: Any, model_name: str, phases: list[Any], phase_len: int, arch: 
         "static_bo": run_tuner("static_bo", None, bo, model, phase, n_windows),
         "static_default": run_tuner("static_default", None, BYTESCHEDULER_DEFAULT, model, phase, n_windows),
         "baseline": run_tuner("baseline", None, DDP_DEFAULT, model, phase, n_windows),
-        "oracle": run_tuner("oracle", None, orc[0][0], model, phase, n_windows),
     }
     # the oracle switches to each phase's best at the phase start
-    o = Run("oracle")
-    for w in range(n_windows):
-        p = min(len(phases) - 1, (w * WINDOW) // phase_len)
-        o.speeds.append(_sim(model, phases[p], orc[p][0], seed=1000 + w).samples_per_s)
-        o.configs.append(orc[p][0])
-    runs["oracle"] = o
-    # windows to reach 5% of the oracle after each change
+    o = runs["oracle"] = run_tuner("oracle", None, lambda w: orc[min(len(phases) - 1, (w * WINDOW) // phase_len)][0], model, phase, n_windows)
+    # iterations until within 5% of the oracle after each change (checked every CHECK iterations)
     ab = runs["autobyte"]
+    n_checks = len(ab.check_speeds)
     to5 = []
     for p in range(len(phases)):
-        w0 = (p * phase_len) // WINDOW
-        w1 = min(n_windows, ((p + 1) * phase_len) // WINDOW) if p < len(phases) - 1 else n_windows
-        k = next((w - w0 for w in range(w0, w1) if ab.speeds[w] >= 0.95 * o.speeds[w]), None)
-        to5.append(None if k is None else (k + 1) * WINDOW)
+        c0 = (p * phase_len) // CHECK
+        c1 = min(n_checks, ((p + 1) * phase_len) // CHECK) if p < len(phases) - 1 else n_checks
+        k = next((c - c0 for c in range(c0, c1) if ab.check_speeds[c] >= 0.95 * o.check_speeds[c]), None)
+        to5.append(None if k is None else (k + 1) * CHECK)
     return {
         "model": model_name, "arch": arch, "bo_config": str(bo),
         "mean": {k: r.mean for k, r in runs.items()},
@@ -168,9 +201,8 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
         cl = sim.Cluster.from_gbps(8, 5, "allreduce")
         t = _autobyte(_fresh(net))
         r = run_tuner("autobyte", t, BYTESCHEDULER_DEFAULT, model, lambda w: cl, 50)
-        changes = [i for i in range(1, 50) if r.configs[i] != r.configs[i - 1]]
-        results["steady"] = {"model": "vgg16", "gbps": 5, "changes_at_window": changes,
-                             "changes_after_window_10": sum(1 for c in changes if c > 10),
+        results["steady"] = {"model": "vgg16", "gbps": 5, "changes_at_iteration": r.changes,
+                             "changes_after_iteration_100": sum(1 for c in r.changes if c > 100),
                              "tuner_cpu_share": r.tuner_cpu_s / r.sim_s, "adapt_runs": t.adapter.n_runs,  # type: ignore[attr-defined]
                              "adapt_s_max": t.adapter.last_duration_s}  # type: ignore[attr-defined]
         print("steady", results["steady"], flush=True)

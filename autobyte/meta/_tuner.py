@@ -352,7 +352,8 @@ class AutoByteTuner(Tuner):
         env = job.job[_ENV]
         if self._last_env is not None:
             c, e, v = self._last_env
-            if c == obs.config and (np.max(np.abs(env - e)) > math.log(1.1) or abs(math.log(obs.speed / v)) > math.log(1.1)):
+            drift = c == obs.config and (np.max(np.abs(env - e)) > math.log(1.1) or abs(math.log(obs.speed / v)) > math.log(1.1))
+            if drift or obs.regime_changed:
                 _log.info("autobyte: conditions changed at iteration %d (speed %.1f -> %.1f); forgetting measurements.", obs.iteration, v, obs.speed)
                 self._measured.clear()
                 self._recent.clear()

@@ -53,3 +53,86 @@ def test_unusable_window_keeps_config_and_warns():
 def test_controller_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [1], **kw)
+
+
+def test_checks_join_into_one_window_per_tuner_call():
+    seen: list[Observation] = []
+
+    class Record(StaticTuner):
+        def observe(self, obs: Observation) -> Decision | None:
+            seen.append(obs)
+            return None
+
+    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10)
+    assert c.check_iters == 5 and not c.check_due(4) and c.check_due(5)
+    assert Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [1], window_iters=5).check_iters == 5  # odd: whole windows
+    assert c.decide(4, [_w(100, 5), _w(100, 5)]) is None and not seen  # half a window: wait
+    c.decide(9, [_w(110, 5), _w(110, 5)])
+    assert len(seen) == 1 and c.history[-1]["iterations"] == 10
+    assert seen[0].speed == pytest.approx(2 * 105) and not seen[0].regime_changed  # 2 ranks, equal-length halves
+
+
+def test_a_speed_jump_under_one_config_is_acted_on_at_once():
+    seen: list[Observation] = []
+
+    class Record(Flip):
+        def observe(self, obs: Observation) -> Decision | None:
+            seen.append(obs)
+            return super().observe(obs)
+
+    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(9, [_w(100, 10)])  # a full window at 100 samples/s: keep
+    assert c.decide(14, [_w(99, 5)]) is None and len(seen) == 1  # 1% slower: same conditions, wait
+    d = c.decide(19, [_w(60, 5)])  # 40% slower half a window later: conditions changed
+    assert len(seen) == 2 and seen[1].regime_changed and seen[1].speed == pytest.approx(60)
+    assert seen[1].features.layer_time_s.shape == (2, 1) and c.history[-1]["iterations"] == 5
+    assert c.history[-1]["regime_changed"] is True
+    assert d is not None and d.config == SPACE[1]
+    # after a reconfiguration, the first check has nothing to compare with
+    c.applied(20, d.config)
+    assert c.decide(24, [_w(300, 5)]) is None and len(seen) == 2
+
+
+def test_regime_detection_can_be_switched_off():
+    c = Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [400, 600], regime_change=None)
+    c.decide(4, [_w(100, 5)])
+    c.decide(9, [_w(10, 5)])
+    c.decide(14, [_w(100, 5)])
+    assert [h["iteration"] for h in c.history] == [9] and "regime_changed" not in c.history[0]
+
+
+def test_a_bad_check_is_dropped_not_merged():
+    c = Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [400, 600])
+    c.decide(4, [_w(100, 5)])
+    with pytest.warns(UserWarning, match="must be finite"):
+        assert c.decide(9, [_w(float("inf"), 5)]) is None
+    c.decide(14, [_w(100, 5)])
+    assert [h["iteration"] for h in c.history] == [14] and c.history[0]["iterations"] == 10
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"check_iters": 0}, "check_iters must be a positive integer"),
+    ({"check_iters": 3}, "check_iters must divide window_iters=10, but got check_iters=3"),
+    ({"check_iters": 20}, "check_iters must divide window_iters=10, but got check_iters=20"),
+    ({"regime_change": 0.0}, r"regime_change must be a number in \(0, 10\) or None, but got regime_change=0.0"),
+    ({"regime_change": float("nan")}, "regime_change must be a number"),
+    ({"regime_change": True}, "regime_change must be a number"),
+])
+def test_controller_bad_check_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [1], **kw)
+
+
+def test_window_stats_merge():
+    a = WindowStats(5, 0.1, 100.0, 0.02, (0.01, 0.02), 1000, 4, 0.2, 5000.0)
+    b = WindowStats(5, 0.2, 50.0, 0.04, (0.03, 0.04), 1000, 4, 0.6, 1000 / 0.6)
+    m = WindowStats.merge([a, b])
+    assert m.n_iters == 10 and m.iter_time_s == pytest.approx(0.15)
+    assert m.samples_per_s == pytest.approx((100 * 0.5 + 50 * 1.0) / 1.5)
+    assert m.layer_backward_s == pytest.approx((0.02, 0.03)) and m.forward_s == pytest.approx(0.03)
+    assert (m.bytes_sent, m.n_messages) == (2000, 8) and m.bandwidth_Bps == pytest.approx(2000 / 0.8)
+    assert WindowStats.merge([a]) is a
+    with pytest.raises(ValueError, match="at least one WindowStats"):
+        WindowStats.merge([])
+    with pytest.raises(ValueError, match=r"same number of tensors, but got \[1, 2\]"):
+        WindowStats.merge([a, WindowStats(5, 0.1, 100.0, 0.02, (0.01,), 1000, 4, 0.2, 5000.0)])
