@@ -162,6 +162,10 @@ class Adapter:
                 layer.set_weights([k.astype("float32"), b.astype("float32")])
 
 
+#: A trust region this wide spans every partition size (2**64 bytes).
+_MAX_REACH = 64.0
+
+
 class AutoByteTuner(Tuner):
     """AutoByte: reconfigure to the meta-network's best predicted candidate when it pays.
 
@@ -189,6 +193,13 @@ class AutoByteTuner(Tuner):
             the current speed, so a current config wrongly predicted best still
             gets challenged); ``None`` never explores. A measured loss of more
             than 1% is rolled back the next window.
+        reach: trust region of moves to configurations not measured in this
+            regime, in powers of two of the partition size around the
+            current one (4.0: at most 16x smaller or larger). It doubles after
+            each move predicted within ``max_error`` and halves (down to 1)
+            after a worse one or a rollback, and it outlives changes of
+            conditions: a predictor that proved wrong on this cluster takes
+            small steps. ``None``: no limit.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -214,12 +225,16 @@ class AutoByteTuner(Tuner):
         replay_size: int = 256,
         enabled: bool = True,
         explore_gain: float | None = -0.03,
+        reach: float | None = 4.0,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
         if explore_gain is not None and (isinstance(explore_gain, bool) or not isinstance(explore_gain, (int, float)) or not math.isfinite(explore_gain) or not -0.5 <= explore_gain <= 10):
             raise ValueError(f"explore_gain must be a finite number in [-0.5, 10] or None, but got explore_gain={explore_gain!r}.")
         self.explore_gain = explore_gain
+        if reach is not None and (isinstance(reach, bool) or not isinstance(reach, (int, float)) or not math.isfinite(reach) or reach < 1):
+            raise ValueError(f"reach must be a finite number >= 1 or None, but got reach={reach!r}.")
+        self.reach = _MAX_REACH if reach is None else float(reach)
         if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
             raise ValueError(f"replay_size must be a positive integer, but got replay_size={replay_size!r}.")
         if network is None:
@@ -244,7 +259,8 @@ class AutoByteTuner(Tuner):
         self._exploring = False  # the last decision was an exploration
         self._moved = False  # the last decision moved to a configuration predicted, not measured
         self._move_error = 0.0  # how wrong that prediction was
-        self._bar = 1.0  # doubles after each rollback in a regime
+        self._bar = 1.0  # doubles after each rollback; halves when conditions change
+        self._reach = self.reach  # trust region: log2 partition distance a move to an unmeasured config may span
         self._prev: tuple[Config, float] | None = None  # config and speed before the last move
         self._last_env: tuple[Config, np.ndarray, float] | None = None
         self.errors: list[float] = []
@@ -296,7 +312,10 @@ class AutoByteTuner(Tuner):
                 pred[self.space.index(c)] = v
         if cur_idx is not None:
             pred[cur_idx] = obs.speed
-        best = int(np.argmax(pred))
+        # trust region: unmeasured configurations only within reach of the current partition
+        dist = np.abs(np.log2(self._cands[:, 0] / obs.config.partition_bytes))
+        allowed = (dist <= self._reach + 1e-9) | np.array([c in self._measured for c in self.space])
+        best = int(np.argmax(np.where(allowed, pred, -np.inf)))
         best_cfg, best_speed = self.space[best], float(pred[best])
         self._pred_next = obs.speed
         self.n_decisions += 1
@@ -309,6 +328,7 @@ class AutoByteTuner(Tuner):
             back, v = self._prev
             self._prev = None
             self._bar *= 2.0
+            self._reach = max(1.0, self._reach / 2)
             self.gain.reset()
             self.gain.should_reconfigure(w, obs.config, obs.speed, back, v)
             self._pred_next = v
@@ -331,7 +351,7 @@ class AutoByteTuner(Tuner):
         # of the current speed (or above); one window tells, and a measured loss
         # of more than 1% is rolled back the next window
         if self.explore_gain is not None and not self._explored:
-            unmeasured = np.array([c not in self._measured and c != obs.config for c in self.space])
+            unmeasured = allowed & np.array([c not in self._measured and c != obs.config for c in self.space])
             if unmeasured.any():
                 k = int(np.argmax(np.where(unmeasured, pred, -np.inf)))
                 cfg, sp = self.space[k], float(pred[k])
@@ -359,7 +379,9 @@ class AutoByteTuner(Tuner):
                 self._recent.clear()
                 self._prev = None
                 self._explored = False
-                self._moved, self._move_error, self._bar = False, 0.0, 1.0
+                # what the predictor's moves showed about its accuracy on this
+                # cluster (error, bar, reach) outlives the regime; the bar decays
+                self._moved, self._bar = False, max(1.0, self._bar / 2)
                 self.gain.reset()
         self._last_env = (obs.config, env, obs.speed)
         self._measured[obs.config] = obs.speed
@@ -372,6 +394,8 @@ class AutoByteTuner(Tuner):
             if self._moved:
                 self._move_error = err
                 self._moved = False
+                # a move predicted within max_error widens the trust region, a worse one narrows it
+                self._reach = min(_MAX_REACH, 2 * self._reach) if err <= self.error.max_error else max(1.0, self._reach / 2)
         else:
             adapting = False
         cfg = np.array([[obs.config.partition_bytes, obs.config.credit_bytes]], dtype=np.float64)

@@ -151,3 +151,50 @@ def test_explores_at_most_once_per_regime(fresh_net):
             reasons.append(d.reason.split(":")[0])
             cur = d.config
     assert reasons.count("explore") <= 1
+
+
+WIDE = SearchSpace.grid([64 * 1024 * 4**k for k in range(6)], [1, 4])  # 64 KiB .. 64 MiB, factor 4 apart
+
+
+def _far_first_move(net) -> tuple[Config, Observation, Config] | None:
+    """A start whose first observation makes an unlimited tuner jump more than 4x in partition."""
+    for start in WIDE:
+        o = obs(start, 0)
+        t = AutoByteTuner(net, background=False, min_gain=0.01, explore_gain=-0.5, reach=None)
+        t.start(WIDE, start)
+        d = t.observe(o)
+        if d is not None and abs(math.log2(d.config.partition_bytes / start.partition_bytes)) > 2:
+            return start, o, d.config
+    return None
+
+
+def test_trust_region_limits_moves_to_unmeasured_configs(fresh_net):
+    found = _far_first_move(fresh_net)
+    assert found is not None, "the tiny network never predicts a far move; the scenario needs one"
+    start, o, far = found
+    t = AutoByteTuner(fresh_net, background=False, min_gain=0.01, explore_gain=-0.5, reach=2.0)
+    t.start(WIDE, start)
+    d = t.observe(o)
+    assert d is None or abs(math.log2(d.config.partition_bytes / start.partition_bytes)) <= 2, (far, d)
+
+
+def test_trust_region_narrows_after_a_bad_move_and_outlives_a_regime_change(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, reach=4.0)
+    cur = t.start(SPACE, SPACE[4])
+    t.observe(obs(cur, 0))
+    assert t._reach == 4.0
+    # pretend the last decision moved to an unmeasured config predicted 2x faster than it ran
+    t._moved, t._pred_next = True, 2 * obs(cur, 1).speed
+    t.observe(obs(cur, 1))
+    assert t._reach == 2.0 and t._move_error > 0.4
+    bar = t._bar = 4.0
+    o = obs(cur, 2, gbps=1.0)
+    t.observe(Observation(2, cur, o.speed, o.features, regime_changed=True))
+    assert t._reach == 2.0 and t._move_error > 0.4 and t._bar == bar / 2  # kept, the bar decays
+    assert t._measured == {cur: o.speed}  # measurements of the old regime are forgotten
+
+
+@pytest.mark.parametrize("reach", [0.5, float("inf"), True, "2"])
+def test_rejects_bad_reach(fresh_net, reach):
+    with pytest.raises(ValueError, match=r"reach must be a finite number >= 1 or None, but got reach="):
+        AutoByteTuner(fresh_net, reach=reach)
