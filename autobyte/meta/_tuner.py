@@ -301,8 +301,8 @@ class AutoByteTuner(Tuner):
         except (ValueError, FloatingPointError) as exc:
             warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=3)
             return None
-        self._track_regime(job, obs)
-        self._learn(job, emb, obs)
+        changed = self._track_regime(job, obs)
+        self._learn(job, emb, obs, changed)
         # calibrate on the configuration in force: its prediction must equal what was observed
         cur_idx = self.space.index(obs.config) if obs.config in self.space else None
         base = logr[cur_idx] if cur_idx is not None else float(self.net.head_predict(emb, candidate_features(job.layer_bytes, np.array([[obs.config.partition_bytes, obs.config.credit_bytes]], float), obs.config))[0])
@@ -368,26 +368,34 @@ class AutoByteTuner(Tuner):
                     return Decision(cfg, reason, sp)
         return None
 
-    def _track_regime(self, job: JobInputs, obs: Observation) -> None:
+    def _track_regime(self, job: JobInputs, obs: Observation) -> bool:
+        """Record ``obs``; True when conditions changed since the last window."""
         env = job.job[_ENV]
+        changed = False
         if self._last_env is not None:
             c, e, v = self._last_env
             drift = c == obs.config and (np.max(np.abs(env - e)) > math.log(1.1) or abs(math.log(obs.speed / v)) > math.log(1.1))
-            if drift or obs.regime_changed:
+            changed = bool(drift or obs.regime_changed)
+            if changed:
                 _log.info("autobyte: conditions changed at iteration %d (speed %.1f -> %.1f); forgetting measurements.", obs.iteration, v, obs.speed)
                 self._measured.clear()
                 self._recent.clear()
                 self._prev = None
-                self._explored = False
+                # explore again in the new regime, unless the predictor's moves
+                # proved wrong on this cluster (its trust region shrank)
+                self._explored = self._reach < self.reach
                 # what the predictor's moves showed about its accuracy on this
                 # cluster (error, bar, reach) outlives the regime; the bar decays
                 self._moved, self._bar = False, max(1.0, self._bar / 2)
                 self.gain.reset()
         self._last_env = (obs.config, env, obs.speed)
         self._measured[obs.config] = obs.speed
+        return changed
 
-    def _learn(self, job: JobInputs, emb: np.ndarray, obs: Observation) -> None:
-        if self._pred_next is not None:
+    def _learn(self, job: JobInputs, emb: np.ndarray, obs: Observation, changed: bool = False) -> None:
+        if changed:  # the last prediction was for other conditions: it says nothing about the predictor
+            self._moved, adapting = False, False
+        elif self._pred_next is not None:
             err = abs(self._pred_next - obs.speed) / obs.speed
             self.errors.append(err)
             adapting = self.error.should_adapt(self._pred_next, obs.speed)

@@ -198,3 +198,17 @@ def test_trust_region_narrows_after_a_bad_move_and_outlives_a_regime_change(fres
 def test_rejects_bad_reach(fresh_net, reach):
     with pytest.raises(ValueError, match=r"reach must be a finite number >= 1 or None, but got reach="):
         AutoByteTuner(fresh_net, reach=reach)
+
+
+def test_a_prediction_made_before_a_change_of_conditions_does_not_count_against_the_predictor(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, reach=4.0)
+    cur = t.start(SPACE, SPACE[4])
+    t.observe(obs(cur, 0))
+    t._moved, t._pred_next = True, 2 * obs(cur, 1).speed  # a move predicted for the old conditions
+    o = obs(cur, 1, gbps=1.0)
+    t.observe(Observation(1, cur, o.speed, o.features, regime_changed=True))
+    assert t._reach == 4.0 and t._move_error == 0.0 and not t._explored  # still trusted: explores the new regime
+    t._reach = 2.0  # a predictor that proved wrong here ...
+    o = obs(cur, 2, gbps=5.0)
+    t.observe(Observation(2, cur, o.speed, o.features, regime_changed=True))
+    assert t._explored  # ... does not explore again after the next change
