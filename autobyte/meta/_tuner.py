@@ -262,6 +262,8 @@ class AutoByteTuner(Tuner):
         self._bar = 1.0  # doubles after each rollback; halves when conditions change
         self._reach = self.reach  # trust region: log2 partition distance a move to an unmeasured config may span
         self._prev: tuple[Config, float] | None = None  # config and speed before the last move
+        self._judged = True  # the last move was measured against the config it left, in one regime
+        self._unjudged: Config | None = None  # a config left by a move that conditions changed before judging
         self._last_env: tuple[Config, np.ndarray, float] | None = None
         self.errors: list[float] = []
         self.cpu_s = 0.0
@@ -334,13 +336,28 @@ class AutoByteTuner(Tuner):
             self._pred_next = v
             _log.info("autobyte: %s measured %.1f samples/s, slower than %s at %.1f: rolling back.", obs.config, obs.speed, back, v)
             return Decision(back, f"rollback: {obs.config} measured {obs.speed:.1f} < {v:.1f} samples/s of {back}", v)
+        if self._prev is not None and self._prev[0] != obs.config:
+            self._judged = True
+        # a move that conditions changed before it could be judged: measure the
+        # config it left in the new conditions too (one window; the 1% rollback
+        # rule then keeps the faster), so a wrong move cannot stick unnoticed
+        if self._unjudged is not None:
+            back, self._unjudged = self._unjudged, None
+            if back != obs.config and back not in self._measured and self.gain.should_reconfigure(
+                w, obs.config, obs.speed, back, obs.speed * (1 + self.gain.revisit_gain) + 1e-9
+            ):
+                self._prev, self._exploring, self._judged = (obs.config, obs.speed), True, False
+                self._pred_next = None
+                reason = f"re-measure: the move away from {back} was not judged before conditions changed"
+                _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, back, reason)
+                return Decision(back, reason, None)
         # a move to a configuration never measured here must beat the predictor's
         # own demonstrated error (its last move), and the bar doubles after every rollback
         bar = self._bar * max(self.gain.min_gain, self._move_error)
         trusted = best_cfg in self._measured or best_speed > obs.speed * (1 + bar)
         if trusted and self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, best_speed):
             self._moved = best_cfg not in self._measured
-            self._prev = (obs.config, obs.speed)
+            self._prev, self._judged = (obs.config, obs.speed), False
             self._pred_next = best_speed
             gain = best_speed / obs.speed - 1
             reason = f"predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * gain:.1f}%)"
@@ -361,7 +378,7 @@ class AutoByteTuner(Tuner):
                     self._explored = True
                     self._moved = True
                     self._exploring = True
-                    self._prev = (obs.config, obs.speed)
+                    self._prev, self._judged = (obs.config, obs.speed), False
                     self._pred_next = sp
                     reason = f"explore: predicted {sp:.1f} samples/s vs {obs.speed:.1f} observed ({100 * (sp / obs.speed - 1):+.1f}%), unmeasured"
                     _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, cfg, reason)
@@ -380,7 +397,9 @@ class AutoByteTuner(Tuner):
                 _log.info("autobyte: conditions changed at iteration %d (speed %.1f -> %.1f); forgetting measurements.", obs.iteration, v, obs.speed)
                 self._measured.clear()
                 self._recent.clear()
-                self._prev = None
+                if self._prev is not None and not self._judged:
+                    self._unjudged = self._prev[0]
+                self._prev, self._judged = None, True
                 # explore again in the new regime, unless the predictor's moves
                 # proved wrong on this cluster (its trust region shrank)
                 self._explored = self._reach < self.reach

@@ -212,3 +212,31 @@ def test_a_prediction_made_before_a_change_of_conditions_does_not_count_against_
     o = obs(cur, 2, gbps=5.0)
     t.observe(Observation(2, cur, o.speed, o.features, regime_changed=True))
     assert t._explored  # ... does not explore again after the next change
+
+
+def test_a_move_not_judged_before_conditions_changed_is_judged_after(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, explore_gain=None, min_gain=3.0)  # it never moves on its own
+    a, b = SPACE[4], SPACE[0]
+    t.start(SPACE, a)
+    t.observe(obs(a, 0))
+    t._prev, t._judged = (a, obs(a, 0).speed), False  # pretend it just moved a -> b
+    o = obs(b, 1, gbps=1.0)  # first window at b: conditions changed at the same time
+    d = t.observe(Observation(1, b, o.speed, o.features, regime_changed=True))
+    assert d is not None and d.config == a and d.reason.startswith("re-measure")
+    # a is 10% slower than b in the new conditions: back to b (1% rule), and nothing more to re-judge
+    o = obs(a, 2, gbps=1.0)
+    d = t.observe(Observation(2, a, t._measured[b] * 0.9, o.features))
+    assert d is not None and d.config == b and d.reason.startswith("rollback")
+    o = obs(b, 3, gbps=1.0)
+    assert t.observe(Observation(3, b, o.speed, o.features)) is None
+
+
+def test_a_judged_move_is_not_re_measured_after_a_change(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, explore_gain=None, min_gain=3.0)
+    a, b = SPACE[4], SPACE[0]
+    t.start(SPACE, a)
+    t._prev, t._judged = (a, 100.0), False  # it moved a -> b ...
+    o = obs(b, 0)
+    t.observe(Observation(0, b, 100.0, o.features))  # ... and b measured as fast: judged
+    o = obs(b, 1, gbps=1.0)
+    assert t.observe(Observation(1, b, o.speed, o.features, regime_changed=True)) is None
