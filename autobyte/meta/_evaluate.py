@@ -73,13 +73,11 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
         cl0 = phase(0)
         ctl = Controller(tuner, space, start, cl0.arch, model.layer_bytes, window_iters=WINDOW, warmup_iters=0,
                          link_factor=cl0.link_factor, check_iters=CHECK)
-    cur = ctl.current if ctl is not None else None
+    fixed: Callable[[int], Config] = start if callable(start) else (lambda w: start)  # type: ignore[assignment,return-value]
+    cur = ctl.current if ctl is not None else fixed(0)
     samples = time_s = 0.0
     for c in range(n_windows * WINDOW // CHECK):
         w = c * CHECK // WINDOW
-        if ctl is None:
-            cur = start(w) if callable(start) else start
-        assert cur is not None
         res = _sim(model, phase(w), cur, seed=1000 + c, n_iters=CHECK)
         run.check_speeds.append(res.samples_per_s)
         samples += res.samples_per_s * float(np.sum(res.iter_time_s))
@@ -96,7 +94,7 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
             run.speeds.append(samples / time_s)
             run.configs.append(cur)
             samples = time_s = 0.0
-        nxt = ctl.current if ctl is not None else (start(it // WINDOW) if callable(start) else start)
+        nxt = ctl.current if ctl is not None else fixed(it // WINDOW)
         if nxt != cur:
             run.changes.append(it)
         cur = nxt
