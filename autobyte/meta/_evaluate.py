@@ -122,7 +122,7 @@ def _autobyte(net: Any) -> Tuner:
 
 def _fresh(net: Any) -> Any:
     # every run starts from the offline weights
-    net.sync()
+    net.reset_head()
     return net
 
 
