@@ -15,13 +15,16 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from autobyte.core.space import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config, MiB, SearchSpace
 from autobyte.core.tuners import BOTuner
 from autobyte.core.tuning import Controller, Observation, Tuner
+
+if TYPE_CHECKING:
+    from ._tuner import AutoByteTuner
 
 WINDOW = 10
 #: Iterations simulated between two controller checks (half a window, the engines' default).
@@ -114,7 +117,7 @@ def bo_config(model: Any, cluster: Any, arch: str, seed: int = 0) -> Config:
     return t.best if t.best is not None else run.configs[-1]
 
 
-def _autobyte(net: Any) -> Tuner:
+def _autobyte(net: Any) -> "AutoByteTuner":
     from ._tuner import AutoByteTuner
 
     return AutoByteTuner(net, background=False)

@@ -38,7 +38,7 @@ def import_keras() -> Any:
         elif importlib.util.find_spec("jax") is not None:
             os.environ["KERAS_BACKEND"] = "jax"
     try:
-        import keras
+        import keras  # type: ignore[import-untyped]
     except ImportError as exc:
         raise ImportError(
             "training the meta-network needs Keras 3 and one backend (torch, jax or tensorflow); "

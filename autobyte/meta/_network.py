@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ._features import F_CAND, F_JOB, F_LAYER, FEATURE_VERSION, N_BINS, JobInputs, candidate_features
+from ._features import F_CAND, F_JOB, F_LAYER, FEATURE_VERSION, JobInputs, candidate_features
 
 #: Marker written in the sidecar JSON of every weights file autobyte saves.
 FORMAT = "autobyte-meta-network-npz"
