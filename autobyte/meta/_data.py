@@ -209,7 +209,8 @@ def generate(
     space = space[space[:, 0] >= MIN_PARTITION_BYTES]
     paper = SearchSpace.paper_grid_search().to_array()
     base = sim.Cluster(2)
-    L, J, LB, CUR, OBS, GB, MOD, RC, CA, SP = ([] for _ in range(10))  # type: list[Any], list[Any], list[Any], list[Any], list[Any], list[Any], list[Any], list[Any], list[Any], list[Any]
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    L, J, LB, CUR, OBS, GB, MOD, RC, CA, SP = columns
     t0 = time.time()
     for i in range(n_contexts):
         m = names[int(rng.integers(len(names)))]
