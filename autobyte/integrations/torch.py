@@ -149,7 +149,7 @@ class ScheduledTraining:
             link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
             self.controller = Controller(
                 tuner, space or SearchSpace.default(), config, "allreduce", [t.nbytes for t in self.tensors],
-                window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link,
+                window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link, world_size=self.world_size,
             )
             if self.controller.current != config:
                 self.scheduler = Scheduler(self.tensors, self.controller.current)
