@@ -167,8 +167,11 @@ def dynamic(net: Any, model_name: str, phases: list[Any], phase_len: int, arch: 
 def run_all(out: Path, weights: str | None = None, only: set[str] | None = None) -> dict[str, Any]:
     from autobyte import sim
 
+    from autobyte.integrations._imports import pyplot
+
     from ._network import MetaNetwork
 
+    pyplot("plotting the evaluation (autobyte evaluate)")  # before minutes of simulation, not after
     net = MetaNetwork.load(weights) if weights else MetaNetwork.load_default()
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -275,10 +278,9 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
 
 
 def plot(results: dict[str, Any], out: Path) -> None:
-    import matplotlib
+    from autobyte.integrations._imports import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("plotting the evaluation (autobyte evaluate)")
 
     for key, title in (("fig6", "ResNet50, PS, 8 workers: bandwidth 10 <-> 3 Gbps every 20 iterations"),
                        ("fig7", "ResNet50, PS, 8 workers: jobs join (shared bandwidth and GPU)")):
