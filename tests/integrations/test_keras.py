@@ -177,13 +177,20 @@ def test_rank_and_world_size_never_start_a_process_group(monkeypatch):
     # a launcher's environment for rank 1 of 2, with no peer listening: joining a group would hang or fail
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")  # rank 1 on a second machine: GPU 0 where there is one
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "9")
     cb = AutoByteCallback(tuner=None)
     assert (cb.rank, cb.world_size) == (1, 2)
     assert not torch.distributed.is_initialized()
-    assert cb.placement is not None and cb.placement.backend == "gloo"  # this machine's Keras computes on CPU
+    from keras.src.backend.torch.core import get_device
+
+    from autobyte.integrations.keras import gpu_placement
+
+    on_cuda = str(get_device()).startswith("cuda")
+    want = gpu_placement(on_cuda=on_cuda, n_gpus=torch.cuda.device_count() if on_cuda else 0, local_rank=0, local_world_size=1)
+    assert cb.placement == want  # on CPU: gloo; with a GPU: cuda:0, nccl
 
 
 @pytest.mark.parametrize("var, value", [("WORLD_SIZE", "two"), ("WORLD_SIZE", "0"), ("RANK", "-1")])
