@@ -293,6 +293,23 @@ def test_a_file_bigger_than_its_shape_is_refused_before_hashing(tiny_net, tmp_pa
         MetaNetwork.load(p)
 
 
+def test_keras_converter_turns_old_h5_weights_into_the_same_network(tiny_net, small_data, tmp_path, keras):
+    from autobyte.meta import FEATURE_VERSION
+    from autobyte.meta._keras import KerasMetaModel, main
+
+    old = tmp_path / "old.weights.h5"
+    KerasMetaModel.from_network(tiny_net).model.save_weights(str(old))  # what autobyte 0.1 shipped
+    shape = {"layer_embed": 8, "lstm_units": 8, "job_units": 8, "head_units": [16, 16]}
+    (tmp_path / "old.weights.h5.json").write_text(json.dumps({"format": "autobyte-meta-network", "feature_version": FEATURE_VERSION,
+                                                              "shape": shape, "info": {"note": "old"}}))
+    assert main(["convert", str(old), str(tmp_path / "new.npz")]) == 0
+    net = MetaNetwork.load(tmp_path / "new.npz")
+    assert net.info == {"note": "old"}
+    job = _job(small_data)
+    c = SearchSpace.default().to_array()
+    np.testing.assert_array_equal(net.predict_log_ratio(job, c), tiny_net.predict_log_ratio(job, c))
+
+
 def test_keras_converter_refuses_a_non_h5_sidecar(tiny_net, tmp_path, keras):
     from autobyte.meta._keras import convert_h5
 
