@@ -66,7 +66,7 @@ def _check_backend() -> None:
         raise RuntimeError(
             f"autobyte's Keras callback supports only the {' / '.join(SUPPORTED_BACKENDS)} backend, but Keras runs on "
             f"backend {backend!r}; set the environment variable KERAS_BACKEND=torch before importing keras "
-            "(and install torch: pip install \"autobyte[torch,keras]\")."
+            "(and install torch: pip install \"autobyte[keras]\", which brings it)."
         )
 
 

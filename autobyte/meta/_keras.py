@@ -28,7 +28,7 @@ from ._features import F_CAND, F_JOB, F_LAYER, FEATURE_VERSION, N_BINS
 from ._network import MetaNetwork, NetworkShape
 
 #: The install line that brings Keras and a backend.
-KERAS_HINT = "pip install 'autobyte[keras,torch]'"
+KERAS_HINT = "pip install 'autobyte[keras]'"  # Keras 3 and torch, its backend here
 
 
 def import_keras() -> Any:

@@ -41,3 +41,11 @@ def test_bo_without_bayesian_optimization_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "bayes_opt", None)
     with pytest.raises(ImportError, match=r"pip install 'autobyte\[tune\]'"):
         make_tuner("bo", arch="ps").start(SearchSpace.default(), BYTESCHEDULER_DEFAULT)
+
+
+def test_training_the_meta_network_without_keras_names_the_extra(monkeypatch, tmp_path):
+    from autobyte.meta._keras import import_keras
+
+    monkeypatch.setitem(sys.modules, "keras", None)
+    with pytest.raises(ImportError, match=r"training the meta-network needs Keras 3 .* pip install 'autobyte\[keras\]'.*Using the shipped network needs neither"):
+        import_keras()

@@ -21,7 +21,7 @@ def keras():
 
         return import_keras()
     except ImportError:
-        pytest.skip("needs Keras 3 and a backend (pip install 'autobyte[keras,torch]'); the numpy runtime is tested without it")
+        pytest.skip("needs Keras 3 and a backend (pip install 'autobyte[keras]'); the numpy runtime is tested without it")
 
 
 @pytest.fixture(scope="session")
