@@ -47,5 +47,5 @@ def test_training_the_meta_network_without_keras_names_the_extra(monkeypatch, tm
     from autobyte.meta._keras import import_keras
 
     monkeypatch.setitem(sys.modules, "keras", None)
-    with pytest.raises(ImportError, match=r"training the meta-network needs Keras 3 .* pip install 'autobyte\[keras\]'.*Using the shipped network needs neither"):
+    with pytest.raises(ImportError, match=r"training the meta-network needs Keras 3 .*pip install 'autobyte\[keras\]'.*Using the shipped network needs neither"):
         import_keras()
