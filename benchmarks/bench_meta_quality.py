@@ -1,6 +1,6 @@
 """Prediction quality of meta-network weights on the held-out split.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_meta_quality.py --data DATA [--data DATA2] [--weights W.weights.h5]
+    OMP_NUM_THREADS=1 python benchmarks/bench_meta_quality.py --data DATA [--data DATA2] [--weights W.npz]
 
 Held out: models resnet101, densenet169, vgg19 (never in training) and every
 window with bandwidth in 6..9 Gbps. Reports MAPE of predicted speeds, how

@@ -121,10 +121,15 @@ class Controller:
         regime_change: relative speed change between two checks under one
             configuration that counts as changed conditions (0.15); ``None``
             turns the early reaction off (windows are then only ever full).
+        world_size: processes of the job, when the engine knows it. With
+            ``world_size=1`` nothing is communicated, so nothing is tuned:
+            :meth:`decide` records each window's speed in :attr:`history` and
+            never asks the tuner (no decision, no adaptation, no log line).
+            ``None`` (default): tune whatever the number of windows.
 
     Raises:
-        ValueError: ``window_iters``, ``warmup_iters``, ``check_iters`` or
-            ``regime_change`` out of range.
+        ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
+            ``regime_change`` or ``world_size`` out of range.
     """
 
     tuner: Tuner
@@ -137,6 +142,7 @@ class Controller:
     link_factor: float = 1.0
     check_iters: int | None = None
     regime_change: float | None = 0.15
+    world_size: int | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     _skip_until: int = field(default=0, init=False)
 
@@ -151,12 +157,19 @@ class Controller:
         rc = self.regime_change
         if rc is not None and (isinstance(rc, bool) or not isinstance(rc, (int, float)) or not math.isfinite(rc) or not 0 < rc < 10):
             raise ValueError(f"regime_change must be a number in (0, 10) or None, but got regime_change={rc!r}.")
+        if self.world_size is not None:
+            check_int("world_size", self.world_size)
         self.current = self.tuner.start(self.space, self.initial)
         self._skip_until = self.warmup_iters
         #: windows handed to the tuner so far (a check that completes one increments it)
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
         self._last_check: tuple[Config, float] | None = None  # config and speed of the previous check
+
+    @property
+    def tuning(self) -> bool:
+        """Whether windows reach the tuner (``False`` in a single process: nothing to tune)."""
+        return self.world_size != 1
 
     def counts(self, iteration: int) -> bool:
         """Whether statistics of ``iteration`` belong in a window (not warm-up)."""
@@ -211,7 +224,8 @@ class Controller:
             return None
         obs = Observation(iteration, self.current, speed, features, regime_changed=changed)
         self.n_windows += 1
-        decision = self.tuner.observe(obs)
+        # one process communicates nothing: statistics only, the tuner is never asked
+        decision = self.tuner.observe(obs) if self.tuning else None
         entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
                                  "iterations": merged[0].n_iters}
         if changed:

@@ -51,3 +51,29 @@ def require(framework: str) -> ModuleType:
 
 def require_torch() -> ModuleType:
     return require("torch")
+
+
+#: optional package (import name) -> the extra that installs it
+_OPTIONAL = {"matplotlib": "plots", "bayes_opt": "tune", "keras": "keras", "tensorboard": "all"}
+
+
+def require_optional(module: str, what: str) -> ModuleType:
+    """Import an optional helper package or raise ImportError naming the pip line.
+
+    Example:
+        >>> plt = require_optional("matplotlib.pyplot", "plotting the evaluation")  # doctest: +SKIP
+    """
+    extra = _OPTIONAL.get(module.split(".")[0], "all")
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"{what} needs {module.split('.')[0]}, which is not installed; install it with: pip install 'autobyte[{extra}]'"
+        ) from exc
+
+
+def pyplot(what: str) -> ModuleType:
+    """matplotlib's pyplot on the non-interactive Agg backend (figures to files)."""
+    mpl = require_optional("matplotlib", what)
+    mpl.use("Agg")
+    return require_optional("matplotlib.pyplot", what)

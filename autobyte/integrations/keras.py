@@ -11,6 +11,11 @@ Usage, one copy per process (``torchrun --nproc_per_node=2 train.py``)::
     x, y = x[cb.rank::cb.world_size], y[cb.rank::cb.world_size]   # each rank its own shard
     model.fit(x, y, batch_size=32, callbacks=[cb])
 
+On GPUs, one process per GPU: the callback puts each process on the GPU of
+its ``LOCAL_RANK`` (``torch.cuda.set_device``) when it is created, so create
+it before building the model, and averages over NCCL. Where more processes
+than GPUs share a machine it falls back to gloo and says so.
+
 Each rank computes gradients on its own batches; the callback averages them
 across ranks through the scheduler of :mod:`autobyte.integrations.torch`
 (partitioned, prioritised, under a credit window) by the end of
@@ -22,14 +27,15 @@ from __future__ import annotations
 
 import atexit
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Decision, Tuner
 from ._common import CallbackState, check_tuning_args
 from ._imports import require
 
-__all__ = ["AutoByteCallback"]
+__all__ = ["AutoByteCallback", "Placement", "gpu_placement"]
 
 #: Keras backends this callback runs on.
 SUPPORTED_BACKENDS = ("torch",)
@@ -60,7 +66,7 @@ def _check_backend() -> None:
         raise RuntimeError(
             f"autobyte's Keras callback supports only the {' / '.join(SUPPORTED_BACKENDS)} backend, but Keras runs on "
             f"backend {backend!r}; set the environment variable KERAS_BACKEND=torch before importing keras "
-            "(and install torch: pip install \"autobyte[torch,keras]\")."
+            "(and install torch: pip install \"autobyte[keras]\", which brings it)."
         )
 
 
@@ -134,19 +140,25 @@ class AutoByteCallback(CallbackState, keras.callbacks.Callback):
         self._restored: dict[str, Any] | None = None
         self._active = False
         self._extra: list[Any] = []
+        #: Where this process computes and which backend averages (set where a launcher started several processes).
+        self.placement: Placement | None = _place()
 
     # ------------------------------------------------------------ processes
+    # Reading these never starts a process group: they come from the group when
+    # there is one, else from the launcher's environment (RANK, WORLD_SIZE).
     @property
     def world_size(self) -> int:
-        """Number of processes (joins the launcher's process group on first use)."""
+        """Number of processes (from the process group, else ``WORLD_SIZE``; 1 without a launcher)."""
         dist = _dist()
-        return dist.get_world_size() if _ensure_group() else 1
+        return int(dist.get_world_size()) if dist.is_initialized() else _env_int("WORLD_SIZE", 1, minimum=1)
 
     @property
     def rank(self) -> int:
-        """This process's rank, 0 in a single process."""
+        """This process's rank (from the process group, else ``RANK``), 0 in a single process."""
         dist = _dist()
-        return dist.get_rank() if _ensure_group() else 0
+        if dist.is_initialized():
+            return int(dist.get_rank())
+        return _env_int("RANK", 0, minimum=0) if self.world_size > 1 else 0
 
     # ------------------------------------------------------------------ fit
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -165,7 +177,8 @@ class AutoByteCallback(CallbackState, keras.callbacks.Callback):
             from ..core.tuners import make_tuner
 
             self.tuner = make_tuner(self._tuner_arg)
-        _ensure_group()
+        self.placement = _ensure_group() or self.placement
+        _check_model_device(holder, self.placement)
         self.handle = engine.schedule(
             holder, None, overlap=False, iteration_hooks=False,
             partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes,
@@ -192,7 +205,8 @@ class AutoByteCallback(CallbackState, keras.callbacks.Callback):
         if self.verbose and handle.rank == 0:
             what = "collecting statistics only (one process)" if handle.world_size == 1 else (
                 f"averaging {handle.bytes_per_iteration} gradient bytes per step over {handle.world_size} processes")
-            print(f"AutoByte: {what}, starting at {handle.config}.", flush=True)
+            where = f" ({self.placement.note})" if self.placement is not None and handle.world_size > 1 else ""
+            print(f"AutoByte: {what}, starting at {handle.config}{where}.", flush=True)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None or not self._active:
@@ -236,25 +250,107 @@ def _dist() -> Any:
     return engine.dist
 
 
-def _ensure_group() -> bool:
-    """Join the launcher's process group if there is one; True when distributed."""
+@dataclass(frozen=True)
+class Placement:
+    """Where one process computes and which backend averages its gradients."""
+
+    backend: str  #: "nccl" or "gloo"
+    cuda_index: int | None  #: the GPU this process uses, None on CPU
+    note: str  #: said in the callback's start-up line
+
+
+def gpu_placement(*, on_cuda: bool, n_gpus: int, local_rank: int, local_world_size: int) -> Placement:
+    """Each process on the GPU of its ``LOCAL_RANK``, NCCL; gloo where processes would share a GPU.
+
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so with more
+    processes on a machine than GPUs each process still computes on GPU
+    ``LOCAL_RANK % n_gpus`` but gradients are averaged over gloo.
+
+    Args:
+        on_cuda: Keras computes on CUDA (its torch backend's device).
+        n_gpus: CUDA devices this process sees.
+        local_rank: the process's index on its machine (``LOCAL_RANK``).
+        local_world_size: processes on this machine (``LOCAL_WORLD_SIZE``).
+
+    Raises:
+        ValueError: ``local_rank`` outside ``0..local_world_size - 1``.
+    """
+    if not 0 <= local_rank < local_world_size:
+        raise ValueError(f"LOCAL_RANK must be in 0..{local_world_size - 1} (LOCAL_WORLD_SIZE={local_world_size}), but got LOCAL_RANK={local_rank}.")
+    if not on_cuda or n_gpus < 1:
+        return Placement("gloo", None, "on CPU, gloo")
+    if local_world_size <= n_gpus:
+        return Placement("nccl", local_rank, f"each process on the GPU of its LOCAL_RANK, this one cuda:{local_rank}, nccl")
+    i = local_rank % n_gpus
+    return Placement("gloo", i, (
+        f"{local_world_size} processes share {n_gpus} GPU(s), this one on cuda:{i}: averaging over gloo, because NCCL needs "
+        f"one GPU per process; for NCCL start at most {n_gpus} process(es) per machine (torchrun --nproc_per_node={n_gpus})"))
+
+
+def _env_int(name: str, default: int, *, minimum: int, env: Mapping[str, str] | None = None) -> int:
+    raw = (os.environ if env is None else env).get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise RuntimeError(f"the environment variable {name} must be an integer >= {minimum}, but got {name}={raw!r}.")
+    return value
+
+
+def _place() -> Placement | None:
+    """Put this process on its GPU, as a launcher that started several expects; None in one process."""
+    dist = _dist()
+    if dist.is_initialized() or _env_int("WORLD_SIZE", 1, minimum=1) <= 1:
+        return None
+    from keras.src.backend.torch.core import get_device  # type: ignore[import-untyped]
+
+    from . import torch as engine
+
+    torch = engine.torch
+    world = _env_int("WORLD_SIZE", 1, minimum=1)
+    local_world = _env_int("LOCAL_WORLD_SIZE", world, minimum=1)
+    local_rank = _env_int("LOCAL_RANK", 0, minimum=0)
+    on_cuda = str(get_device()).startswith("cuda")
+    p = gpu_placement(on_cuda=on_cuda, n_gpus=torch.cuda.device_count() if on_cuda else 0, local_rank=local_rank, local_world_size=local_world)
+    if p.cuda_index is not None:
+        torch.cuda.set_device(p.cuda_index)  # before the model is built: Keras creates its weights on the current GPU
+    return p
+
+
+def _ensure_group() -> Placement | None:
+    """Join the launcher's process group if there is one; the placement used when this call created it."""
     dist = _dist()
     if dist.is_initialized():
-        return True
-    world = os.environ.get("WORLD_SIZE")
-    if world is None or int(world) <= 1:
-        return False
+        return None
+    world = _env_int("WORLD_SIZE", 1, minimum=1)
+    if world <= 1:
+        return None
     for var in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
         if var not in os.environ:
             raise RuntimeError(f"WORLD_SIZE={world} is set but {var} is not; start the processes with torchrun, or set RANK, MASTER_ADDR and MASTER_PORT.")
-    from keras.src.backend.torch.core import get_device
-
-    backend = "nccl" if str(get_device()).startswith("cuda") else "gloo"
-    dist.init_process_group(backend, init_method="env://")
+    placement = _place()
+    assert placement is not None
+    dist.init_process_group(placement.backend, init_method="env://")
     # The callback made the group, so it also ends it: a gloo group still alive
     # at interpreter exit can abort the process ("terminate called ...").
     atexit.register(_destroy_group)
-    return True
+    return placement
+
+
+def _check_model_device(holder: Any, placement: Placement | None) -> None:
+    if placement is None or placement.cuda_index is None:
+        return
+    where = {str(p.device) for p in holder.parameters()}
+    want = f"cuda:{placement.cuda_index}"
+    if where != {want}:
+        raise RuntimeError(
+            f"this process computes on {want} (LOCAL_RANK={os.environ.get('LOCAL_RANK', '0')}), but the model's weights "
+            f"sit on {sorted(where)}; create AutoByteCallback() before building the model (it sets each process's GPU), "
+            "or call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) first."
+        )
 
 
 def _destroy_group() -> None:

@@ -149,7 +149,7 @@ class ScheduledTraining:
             link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
             self.controller = Controller(
                 tuner, space or SearchSpace.default(), config, "allreduce", [t.nbytes for t in self.tensors],
-                window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link,
+                window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link, world_size=self.world_size,
             )
             if self.controller.current != config:
                 self.scheduler = Scheduler(self.tensors, self.controller.current)
@@ -843,6 +843,23 @@ def _batch_size(args: tuple, kwargs: dict) -> int:
     return 1
 
 
+def device_problem(backend: str, device_types: set[str]) -> str | None:
+    """Why a process group on ``backend`` cannot average parameters on ``device_types``, or ``None``.
+
+    NCCL serves CUDA tensors only; gloo serves CPU tensors (the engine stages
+    CUDA gradients through the CPU for it). Other backends are not checked.
+    """
+    backend = backend.lower()
+    if backend == "nccl" and device_types - {"cuda"}:
+        return (f"the process group's backend is nccl, which averages CUDA tensors only, but the model's parameters "
+                f"sit on {sorted(device_types)}; move the model to this rank's GPU (torch.cuda.set_device(LOCAL_RANK); "
+                "model.to('cuda')) before schedule(), or create the group with init_process_group('gloo') to train on CPU.")
+    if backend == "gloo" and device_types - {"cpu", "cuda"}:
+        return (f"the process group's backend is gloo, which averages CPU (and CUDA) tensors, but the model's parameters "
+                f"sit on {sorted(device_types)}; move the model to the CPU or a GPU before schedule().")
+    return None
+
+
 def schedule(
     model: "torch.nn.Module",
     optimizer: "torch.optim.Optimizer | None",
@@ -898,7 +915,9 @@ def schedule(
 
     Raises:
         TypeError, ValueError: invalid sizes or timeout, a model without
-            trainable parameters, a global optimizer in overlap mode.
+            trainable parameters, a global optimizer in overlap mode,
+            parameters on a device the process group's backend cannot serve
+            (CPU tensors with NCCL).
 
     Example:
         >>> handle = schedule(model, opt, partition_bytes=1 << 20, credit_bytes=4 << 20)  # doctest: +SKIP
@@ -918,6 +937,10 @@ def schedule(
         tuner = make_tuner(tuner)
     if tuner is not None and not isinstance(tuner, Tuner):
         raise TypeError(f"tuner must be None, a tuner name or an autobyte Tuner, but got {tuner!r}.")
+    if dist.is_available() and dist.is_initialized():
+        problem = device_problem(str(dist.get_backend(process_group)), {p.device.type for p in model.parameters() if p.requires_grad})
+        if problem is not None:
+            raise ValueError(problem)
     return ScheduledTraining(
         model, optimizer, config, process_group=process_group, overlap=overlap, broadcast_buffers=broadcast_buffers,
         timeout_s=float(timeout_s), tuner=tuner, space=space, window_iters=window_iters, warmup_iters=warmup_iters,

@@ -1,9 +1,9 @@
-"""The meta-network (Keras 3), its features, offline training and the AutoByte tuner.
+"""The meta-network, its features, offline training and the AutoByte tuner.
 
-Names are imported on first use, so ``autobyte --help`` and the CLI's
-sub-command registration do not pay for Keras. Using the network imports
-Keras; when ``KERAS_BACKEND`` is unset and TensorFlow is absent, the PyTorch
-backend is chosen.
+The network runs in numpy (:class:`MetaNetwork`): importing this package,
+loading the shipped weights, scoring candidates and adapting online import no
+framework. Only offline training (``autobyte train-meta``) needs Keras 3.
+Names are imported on first use, so ``autobyte --help`` stays fast.
 """
 
 from __future__ import annotations

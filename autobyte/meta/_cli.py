@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
                    help="a simulator dataset directory (`autobyte dataset generate`, meta.json + shards), or a .npz / directory "
                         "of .npz from `autobyte meta-data`; repeat to combine")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--out", required=True, help="output weights, NAME.weights.h5 (a NAME.weights.h5.json sidecar is written beside)")
+    p.add_argument("--out", required=True, help="output weights, NAME.npz (numpy arrays; a NAME.npz.json sidecar with shape and SHA-256 is written beside)")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", default=None, help="write held-out metrics as JSON here")
@@ -59,6 +59,8 @@ def _meta_data(args: argparse.Namespace) -> int:
 
 
 def _train_meta(args: argparse.Namespace) -> int:
+    if not str(args.out).endswith(".npz"):
+        raise SystemExit(f"--out must end with '.npz', but got --out={args.out!r}.")
     from ._train import evaluate, evaluate_adaptation, train
 
     ds = _load_data(args.data)

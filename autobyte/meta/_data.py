@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -209,7 +209,8 @@ def generate(
     space = space[space[:, 0] >= MIN_PARTITION_BYTES]
     paper = SearchSpace.paper_grid_search().to_array()
     base = sim.Cluster(2)
-    L, J, LB, CUR, OBS, GB, MOD, RC, CA, SP = ([] for _ in range(10))
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    L, J, LB, CUR, OBS, GB, MOD, RC, CA, SP = columns
     t0 = time.time()
     for i in range(n_contexts):
         m = names[int(rng.integers(len(names)))]

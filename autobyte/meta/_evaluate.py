@@ -15,13 +15,16 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from autobyte.core.space import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config, MiB, SearchSpace
 from autobyte.core.tuners import BOTuner
 from autobyte.core.tuning import Controller, Observation, Tuner
+
+if TYPE_CHECKING:
+    from ._tuner import AutoByteTuner
 
 WINDOW = 10
 #: Iterations simulated between two controller checks (half a window, the engines' default).
@@ -114,7 +117,7 @@ def bo_config(model: Any, cluster: Any, arch: str, seed: int = 0) -> Config:
     return t.best if t.best is not None else run.configs[-1]
 
 
-def _autobyte(net: Any) -> Tuner:
+def _autobyte(net: Any) -> "AutoByteTuner":
     from ._tuner import AutoByteTuner
 
     return AutoByteTuner(net, background=False)
@@ -122,7 +125,7 @@ def _autobyte(net: Any) -> Tuner:
 
 def _fresh(net: Any) -> Any:
     # every run starts from the offline weights
-    net.sync()
+    net.reset_head()
     return net
 
 
@@ -164,8 +167,11 @@ def dynamic(net: Any, model_name: str, phases: list[Any], phase_len: int, arch: 
 def run_all(out: Path, weights: str | None = None, only: set[str] | None = None) -> dict[str, Any]:
     from autobyte import sim
 
+    from autobyte.integrations._imports import pyplot
+
     from ._network import MetaNetwork
 
+    pyplot("plotting the evaluation (autobyte evaluate)")  # before minutes of simulation, not after
     net = MetaNetwork.load(weights) if weights else MetaNetwork.load_default()
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -272,10 +278,9 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
 
 
 def plot(results: dict[str, Any], out: Path) -> None:
-    import matplotlib
+    from autobyte.integrations._imports import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("plotting the evaluation (autobyte evaluate)")
 
     for key, title in (("fig6", "ResNet50, PS, 8 workers: bandwidth 10 <-> 3 Gbps every 20 iterations"),
                        ("fig7", "ResNet50, PS, 8 workers: jobs join (shared bandwidth and GPU)")):

@@ -1,4 +1,4 @@
-"""Offline training and evaluation of the meta-network."""
+"""Offline training (Keras) and evaluation (numpy) of the meta-network."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from autobyte.core.space import Config
 
 from ._data import MetaDataset
 from ._features import candidate_features
-from ._network import MetaNetwork, NetworkShape, keras
+from ._keras import KerasMetaModel, import_keras
+from ._network import MetaNetwork, NetworkShape
 
 
 def row_inputs(ds: MetaDataset) -> tuple[list[np.ndarray], np.ndarray]:
@@ -64,30 +65,33 @@ def train(
     """Train a meta-network on ``ds`` (L2 loss on the log speed ratio).
 
     One training sample is one window with all its candidates, so the LSTM
-    encoder runs once per window, as at inference.
+    encoder runs once per window, as at inference. Keras trains; the result
+    is the numpy :class:`MetaNetwork` that :meth:`MetaNetwork.save` writes.
+
+    Raises:
+        ImportError: Keras or a backend is missing (names the pip line).
     """
     if len(ds.speed) == 0:
         raise ValueError("ds must hold at least one row, but got an empty dataset.")
-    keras.utils.set_random_seed(seed)
-    net = MetaNetwork(shape)
+    keras = import_keras()
+    keras.utils.set_random_seed(seed)  # before building: the initial weights follow the seed
+    km = KerasMetaModel(shape)
     x, y, m = context_inputs(ds)
-    net.adapt_normalization(ds.layers, ds.job, x[2][m > 0])
+    km.adapt_normalization(ds.layers, ds.job, x[2][m > 0])
     steps = max(1, int(np.ceil(len(y) / batch_size))) * epochs
     sched = keras.optimizers.schedules.CosineDecay(learning_rate, steps, alpha=0.05)
-    net.model.compile(optimizer=keras.optimizers.Adam(sched), loss="mse")
+    km.model.compile(optimizer=keras.optimizers.Adam(sched), loss="mse")
     val = None
     if validation is not None and len(validation.speed):
         vx, vy, vm = context_inputs(validation)
         val = (vx, vy, vm)
     t0 = time.time()
-    hist = net.model.fit(x, y, sample_weight=m, batch_size=batch_size, epochs=epochs, verbose=verbose, shuffle=True, validation_data=val)
-    net.sync()
-    net.info = {
+    hist = km.model.fit(x, y, sample_weight=m, batch_size=batch_size, epochs=epochs, verbose=verbose, shuffle=True, validation_data=val)
+    return km.to_network({
         "rows": int(m.sum()), "contexts": int(len(ds.observed)), "epochs": epochs, "train_s": round(time.time() - t0, 1),
         "models": sorted({str(ds.model_names[k]) for k in np.unique(ds.model)}),
         "final_loss": float(hist.history["loss"][-1]),
-    }
-    return net
+    })
 
 
 def evaluate(net: MetaNetwork, ds: MetaDataset) -> dict[str, float]:
@@ -130,7 +134,6 @@ def evaluate_adaptation(
 
     rng = np.random.default_rng(seed)
     x, y = row_inputs(ds)
-    offline = [w.copy() for w in net.head.get_weights()]
     ctxs = rng.choice(len(ds.observed), min(n_contexts, len(ds.observed)), replace=False)
     before, after, forget, durations = [], [], [], []
     others = rng.choice(len(ds.observed), min(40, len(ds.observed)), replace=False)
@@ -153,8 +156,7 @@ def evaluate_adaptation(
         embs = net.encode_batch(ds.layers[ds.row_ctx[orows]], ds.job[ds.row_ctx[orows]])
         p = ds.observed[ds.row_ctx[orows]] * np.exp(net.head_batch(embs, x[2][orows]))
         forget.append(np.abs(p - ds.speed[orows]) / ds.speed[orows])
-        net.head.set_weights(offline)
-        net.sync()
+        net.reset_head()
     o = others
     orows = np.flatnonzero(np.isin(ds.row_ctx, o))
     embs = net.encode_batch(ds.layers[ds.row_ctx[orows]], ds.job[ds.row_ctx[orows]])

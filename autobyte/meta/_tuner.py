@@ -17,7 +17,7 @@ from autobyte.core.trigger import AdaptTrigger, GainTrigger
 from autobyte.core.tuning import Decision, Observation, Tuner
 
 from ._features import JobInputs, candidate_features, featurize
-from ._network import MetaNetwork, _NumpyHead
+from ._network import MetaNetwork, _Head
 
 _log = logging.getLogger("autobyte.meta")
 
@@ -104,7 +104,7 @@ class Adapter:
 
     def _fit(self, emb: np.ndarray, cand: np.ndarray, y: np.ndarray, t0: float) -> None:
         # Plain numpy Adam on the head's three dense layers: microseconds per
-        # step, works on every Keras backend, and never touches the encoder.
+        # step, no framework, and never touches the encoder.
         head = self.net._np_head
         params = [p.copy() for kb in head.d for p in kb]
         emb = emb.astype(np.float64)
@@ -148,18 +148,9 @@ class Adapter:
             t_step = max(t_step, time.perf_counter() - now)
         if not all(np.all(np.isfinite(p)) for p in params):
             raise FloatingPointError("adaptation diverged")
-        new = _NumpyHead.__new__(_NumpyHead)
-        new.cn = head.cn
-        new.d = [(params[0], params[1]), (params[2], params[3]), (params[4], params[5])]
+        new = _Head(head.cn, [(params[0], params[1]), (params[2], params[3]), (params[4], params[5])])
         self.net._np_head = new  # one reference swap: scoring never sees a half-updated head
         self.last_loss = (first, last)
-
-    def commit_to_keras(self) -> None:
-        """Copy the adapted head into the Keras model (before saving it)."""
-        with self.net.lock:
-            layers = [self.net.head.get_layer(n) for n in ("head_1", "head_2", "log_ratio")]
-            for layer, (k, b) in zip(layers, self.net._np_head.d):
-                layer.set_weights([k.astype("float32"), b.astype("float32")])
 
 
 #: A trust region this wide spans every partition size (2**64 bytes).

@@ -55,7 +55,10 @@ def main() -> None:
     # Both processes hold the same weights: compare a checksum.
     mine = torch.tensor([sum(float(np.abs(w).sum()) for w in model.get_weights())], dtype=torch.float64)
     gathered = [torch.zeros_like(mine) for _ in range(cb.world_size)]
-    dist.all_gather(gathered, mine)
+    if cb.world_size > 1:  # the callback joined torchrun's group at fit
+        dist.all_gather(gathered, mine)
+    else:  # one process (torchrun --nproc_per_node=1): nothing to compare
+        gathered = [mine]
     if cb.rank == 0:
         same = all(bool(g == gathered[0]) for g in gathered)
         print(f"done: {cb.world_size} processes, weights identical on every rank: {same}")

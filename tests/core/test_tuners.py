@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -10,6 +11,9 @@ from autobyte.core.metrics import RuntimeFeatures
 from autobyte.core.space import Config, MiB, SearchSpace
 from autobyte.core.tuners import BYTESCHEDULER_BO_RANGES, BOTuner, GridTuner, StaticTuner, make_tuner, register_tuner, tuner_names
 from autobyte.core.tuning import Decision, Observation, Tuner
+
+needs_bo = pytest.mark.skipif(importlib.util.find_spec("bayes_opt") is None,
+                              reason="BOTuner needs bayesian-optimization (pip install 'autobyte[tune]'), absent here")
 
 
 def features(n: int = 2, l: int = 4) -> RuntimeFeatures:
@@ -74,6 +78,7 @@ def test_grid_rejects_non_space():
         GridTuner(space=[Config(MiB, MiB)])  # type: ignore[arg-type]
 
 
+@needs_bo
 def test_bo_follows_bytescheduler_schedule_and_freezes():
     t = BOTuner("ps", seed=1)
     configs = drive(t, SearchSpace.default(), Config(8 * MiB, 8 * MiB), 40)
@@ -90,18 +95,21 @@ def test_bo_follows_bytescheduler_schedule_and_freezes():
     assert speed_of(configs[-1]) == pytest.approx(max(speed_of(c) for c in measured))
 
 
+@needs_bo
 def test_bo_allreduce_credit_range():
     t = BOTuner("allreduce", seed=3)
     configs = drive(t, SearchSpace.default(), Config(8 * MiB, 8 * MiB), 12)
     assert all(16e6 - 4 <= c.credit_bytes <= 256e6 for c in configs[1:11])
 
 
+@needs_bo
 def test_bo_is_deterministic_given_a_seed():
     a = drive(BOTuner(seed=7), SearchSpace.default(), Config(MiB, MiB), 20)
     b = drive(BOTuner(seed=7), SearchSpace.default(), Config(MiB, MiB), 20)
     assert a == b
 
 
+@needs_bo
 def test_bo_state_dict_is_plain_and_restores():
     t = BOTuner(seed=2)
     cur = t.start(SearchSpace.default(), Config(MiB, MiB))

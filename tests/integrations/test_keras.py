@@ -23,10 +23,14 @@ from autobyte.integrations.keras import AutoByteCallback  # noqa: E402
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "keras_train.py")
 
 
+#: The 2-rank tests mean CPU and gloo: GPUs hidden, so they pass alike on machines with none, one or several GPUs.
+CPU = {"KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": ""}
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("keras")
-    res = launch([SCRIPT, str(out)], 2, timeout_s=300, env={"KERAS_BACKEND": "torch"})
+    res = launch([SCRIPT, str(out)], 2, timeout_s=300, env=CPU)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     load = lambda name: np.load(out / f"{name}.npz", allow_pickle=False)  # noqa: E731
@@ -60,6 +64,8 @@ def test_scheduler_carries_every_weight_and_reconfigures(two_ranks):
     # the configuration in force is in the epoch logs (History) on every rank
     np.testing.assert_array_equal(r0["partition_logged"], r1["partition_logged"])
     assert "AutoByte reconfigured at step" in res[0].stdout and "AutoByte" not in res[1].stdout
+    # the start-up line says where the processes compute and over which backend
+    assert "over 2 processes, starting at" in res[0].stdout and "(on CPU, gloo)." in res[0].stdout
 
 
 def test_batch_norm_statistics_end_equal_on_every_rank(two_ranks):
@@ -164,3 +170,74 @@ def test_unsupported_keras_version(monkeypatch):
     monkeypatch.delitem(sys.modules, "autobyte.integrations.keras")
     with pytest.raises(ImportError, match=r"autobyte supports keras >=3\.0,<4\.0, but found keras 2\.15\.0"):
         import autobyte.integrations.keras  # noqa: F401
+
+
+# ------------------------------------------------------------------- processes and devices
+def test_rank_and_world_size_never_start_a_process_group(monkeypatch):
+    # a launcher's environment for rank 1 of 2, with no peer listening: joining a group would hang or fail
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")  # rank 1 on a second machine: GPU 0 where there is one
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "9")
+    cb = AutoByteCallback(tuner=None)
+    assert (cb.rank, cb.world_size) == (1, 2)
+    assert not torch.distributed.is_initialized()
+    from keras.src.backend.torch.core import get_device
+
+    from autobyte.integrations.keras import gpu_placement
+
+    on_cuda = str(get_device()).startswith("cuda")
+    want = gpu_placement(on_cuda=on_cuda, n_gpus=torch.cuda.device_count() if on_cuda else 0, local_rank=0, local_world_size=1)
+    assert cb.placement == want  # on CPU: gloo; with a GPU: cuda:0, nccl
+
+
+@pytest.mark.parametrize("var, value", [("WORLD_SIZE", "two"), ("WORLD_SIZE", "0"), ("RANK", "-1")])
+def test_bad_launcher_environment_is_named(monkeypatch, var, value):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv(var, value)
+    with pytest.raises(RuntimeError, match=rf"the environment variable {var} must be an integer >= \d, but got {var}='{value}'"):
+        AutoByteCallback(tuner=None).rank
+
+
+@pytest.mark.parametrize("on_cuda, n_gpus, local_rank, local_world, backend, index, says", [
+    (False, 0, 1, 2, "gloo", None, "on CPU, gloo"),
+    (False, 4, 1, 2, "gloo", None, "on CPU, gloo"),  # GPUs present, Keras on CPU (KERAS_TORCH_DEVICE=cpu)
+    (True, 0, 0, 2, "gloo", None, "on CPU, gloo"),
+    (True, 2, 1, 2, "nccl", 1, "this one cuda:1, nccl"),
+    (True, 8, 3, 4, "nccl", 3, "this one cuda:3, nccl"),
+    (True, 1, 0, 1, "nccl", 0, "cuda:0, nccl"),
+    (True, 1, 1, 2, "gloo", 0, "2 processes share 1 GPU(s), this one on cuda:0: averaging over gloo, because NCCL needs one GPU per process; "
+                               "for NCCL start at most 1 process(es) per machine (torchrun --nproc_per_node=1)"),
+    (True, 2, 2, 3, "gloo", 0, "3 processes share 2 GPU(s)"),
+])
+def test_gpu_placement(on_cuda, n_gpus, local_rank, local_world, backend, index, says):
+    from autobyte.integrations.keras import gpu_placement
+
+    p = gpu_placement(on_cuda=on_cuda, n_gpus=n_gpus, local_rank=local_rank, local_world_size=local_world)
+    assert (p.backend, p.cuda_index) == (backend, index)
+    assert says in p.note
+
+
+def test_gpu_placement_rejects_a_local_rank_outside_the_machine():
+    from autobyte.integrations.keras import gpu_placement
+
+    with pytest.raises(ValueError, match=r"LOCAL_RANK must be in 0\.\.1 \(LOCAL_WORLD_SIZE=2\), but got LOCAL_RANK=2"):
+        gpu_placement(on_cuda=True, n_gpus=2, local_rank=2, local_world_size=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_two_ranks_on_the_gpus_of_this_machine(tmp_path):
+    """2 processes on CUDA: NCCL with one GPU each where there are 2+, the gloo fallback on one GPU."""
+    n = torch.cuda.device_count()
+    res = launch([SCRIPT, str(tmp_path)], 2, timeout_s=300, env={"KERAS_BACKEND": "torch"})
+    for r in res:
+        assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    want = "this one cuda:0, nccl" if n >= 2 else "2 processes share 1 GPU(s), this one on cuda:0: averaging over gloo"
+    assert want in res[0].stdout, res[0].stdout[-2000:]
+    w0, w1 = (np.load(tmp_path / f"rank{r}.npz", allow_pickle=False) for r in range(2))
+    for a, b in zip(_weights(w0), _weights(w1)):
+        np.testing.assert_array_equal(a, b)

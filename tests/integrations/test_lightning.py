@@ -213,8 +213,12 @@ def test_unsupported_lightning_version(monkeypatch):
         ab_lightning._import_lightning()
 
 
-def test_tensorboard_gets_window_metrics_and_reasons(tmp_path):
+def test_tensorboard_gets_window_metrics_and_reasons(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
+    from autobyte.core.tuning import Controller
+
+    # One process never tunes (nothing is communicated); here what is tested is how a decision is logged.
+    monkeypatch.setattr(Controller, "tuning", property(lambda self: True))
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -1,13 +1,27 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from autobyte.meta import MetaNetwork, NetworkShape
 from autobyte.meta._data import MetaDataset, generate
-from autobyte.meta._train import train
 
 TINY = NetworkShape(layer_embed=8, lstm_units=8, job_units=8, head_units=(16, 16))
+#: trained once with Keras on small_data (tests/meta/data/make_tiny.py), so these tests need no Keras
+TINY_WEIGHTS = Path(__file__).parent / "data" / "tiny.weights.npz"
+
+
+@pytest.fixture()
+def keras():
+    """Keras with a backend, or skip: an install without the ``[keras]`` extra runs the numpy runtime only."""
+    try:
+        from autobyte.meta._keras import import_keras
+
+        return import_keras()
+    except ImportError:
+        pytest.skip("needs Keras 3 and a backend (pip install 'autobyte[keras]'); the numpy runtime is tested without it")
 
 
 @pytest.fixture(scope="session")
@@ -17,14 +31,14 @@ def small_data() -> MetaDataset:
 
 
 @pytest.fixture(scope="session")
-def tiny_net(small_data: MetaDataset) -> MetaNetwork:
-    return train(small_data, epochs=3, batch_size=16, shape=TINY, seed=0)
+def tiny_net() -> MetaNetwork:
+    return MetaNetwork.load(TINY_WEIGHTS)
 
 
 @pytest.fixture()
 def fresh_net(tiny_net: MetaNetwork, tmp_path) -> MetaNetwork:
     """A private copy of the tiny network (adaptation mutates it)."""
-    p = tmp_path / "n.weights.h5"
+    p = tmp_path / "n.npz"
     tiny_net.save(p)
     return MetaNetwork.load(p)
 

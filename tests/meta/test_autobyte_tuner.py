@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import math
 import warnings
 
@@ -11,7 +10,7 @@ from autobyte import sim
 from autobyte.core.metrics import WindowStats
 from autobyte.core.space import Config, MiB, SearchSpace
 from autobyte.core.tuning import Controller, Observation
-from autobyte.meta import FEATURE_VERSION, Adapter, AutoByteTuner
+from autobyte.meta import Adapter, AutoByteTuner
 
 SPACE = SearchSpace.grid([MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
 
@@ -58,12 +57,13 @@ def test_zero_sample_and_missing_statistics_windows_fall_back_via_controller(fre
     assert ctl.current == SPACE[4]
 
 
-def test_corrupted_weights_file_is_a_clear_error(tmp_path):
-    p = tmp_path / "x.weights.h5"
-    p.write_bytes(b"\x89HDF\r\n" + b"0" * 100)
-    (tmp_path / "x.weights.h5.json").write_text(json.dumps({"format": "autobyte-meta-network", "feature_version": FEATURE_VERSION,
-                                                            "shape": {"layer_embed": 8, "lstm_units": 8, "job_units": 8, "head_units": [16, 16]}}))
-    with pytest.raises(ValueError, match=r"corrupted or not an autobyte meta-network"):
+def test_corrupted_weights_file_is_a_clear_error(fresh_net, tmp_path):
+    p = tmp_path / "x.npz"
+    fresh_net.save(p)
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x08
+    p.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"does not match the sha256 in its sidecar"):
         AutoByteTuner(weights=str(p))
 
 

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import importlib.util
 import json
+
+import pytest
 
 from autobyte.core.space import BYTESCHEDULER_DEFAULT
 from autobyte.meta._evaluate import CHECK, WINDOW, run_all, run_tuner
 
 
+@pytest.mark.skipif(importlib.util.find_spec("bayes_opt") is None or importlib.util.find_spec("matplotlib") is None,
+                    reason="static BO and the plots need bayesian-optimization and matplotlib (pip install 'autobyte[tune,plots]'), absent here")
 def test_fig7_runs_through_the_controller_and_beats_static_bo(tmp_path):
     # the shipped weights on the paper's Fig. 7 set-up (jobs joining), as `autobyte evaluate --only fig7`
     res = run_all(tmp_path, only={"fig7"})["fig7"]
