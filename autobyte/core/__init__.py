@@ -21,10 +21,11 @@ from .space import (
     SearchSpace,
     check_bytes,
 )
+from .window import Collective, DecisionRecord, LocalCollective, WindowCoordinator, WindowOutcome
 
-__all__ = sorted([
-    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Config", "CreditQueue", "DDP_DEFAULT", "GiB",
-    "KiB", "MAX_BYTES", "Message", "MiB", "P3_DEFAULT", "RuntimeFeatures", "Scheduler", "SearchSpace", "Segment",
-    "StatsCollector", "TensorSpec", "UNLIMITED", "WindowStats", "check_bytes", "plan_messages", "plan_order",
-    "tensors_from_sizes",
-])
+__all__ = [
+    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Collective", "Config", "CreditQueue", "DDP_DEFAULT",
+    "DecisionRecord", "GiB", "KiB", "LocalCollective", "MAX_BYTES", "Message", "MiB", "P3_DEFAULT", "RuntimeFeatures",
+    "Scheduler", "SearchSpace", "Segment", "StatsCollector", "TensorSpec", "UNLIMITED", "WindowCoordinator",
+    "WindowOutcome", "WindowStats", "check_bytes", "plan_messages", "plan_order", "tensors_from_sizes",
+]
