@@ -37,8 +37,11 @@ class Collective(Protocol):
         world_size: number of ranks.
     """
 
-    rank: int
-    world_size: int
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
 
     def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
         """Every rank's ``vector`` (all of one length), in rank order."""

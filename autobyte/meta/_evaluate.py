@@ -22,6 +22,7 @@ import numpy as np
 from autobyte.core.space import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config, MiB, SearchSpace
 from autobyte.core.tuners import BOTuner
 from autobyte.core.tuning import Controller, Observation, Tuner
+from autobyte.core.window import LocalCollective, WindowCoordinator
 
 if TYPE_CHECKING:
     from ._tuner import AutoByteTuner
@@ -63,21 +64,24 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
               n_windows: int, space: SearchSpace = EVAL_SPACE) -> Run:
     """Simulate ``n_windows`` windows, ``CHECK`` iterations at a time, as an engine runs.
 
-    ``phase(w)`` gives the Cluster of window ``w``. With a tuner, a
-    :class:`~autobyte.core.tuning.Controller` (as in every engine) gets each
-    chunk's per-worker statistics and may reconfigure from the next chunk
+    ``phase(w)`` gives the Cluster of window ``w``. With a tuner, the
+    :class:`~autobyte.core.window.WindowCoordinator` (as in every engine, over
+    a :class:`~autobyte.core.window.LocalCollective` holding every simulated
+    worker's statistics) gets each chunk's statistics and may reconfigure from the next chunk
     (no warm-up: the simulator has no plan-rebuild cost). Without one,
     ``start`` is the configuration, or a function of the window giving it.
     """
     run = Run(name)
-    ctl = None
+    coord = None
+    coll = LocalCollective()  # the simulator holds every worker's statistics
     if tuner is not None:
         assert isinstance(start, Config)
         cl0 = phase(0)
         ctl = Controller(tuner, space, start, cl0.arch, model.layer_bytes, window_iters=WINDOW, warmup_iters=0,
                          link_factor=cl0.link_factor, check_iters=CHECK)
+        coord = WindowCoordinator(ctl, coll)
     fixed: Callable[[int], Config] = start if callable(start) else (lambda w: start)  # type: ignore[assignment,return-value]
-    cur = ctl.current if ctl is not None else fixed(0)
+    cur = coord.config if coord is not None else fixed(0)
     samples = time_s = 0.0
     for c in range(n_windows * WINDOW // CHECK):
         w = c * CHECK // WINDOW
@@ -87,17 +91,17 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
         time_s += float(np.sum(res.iter_time_s))
         run.sim_s += float(np.sum(res.iter_time_s))
         it = (c + 1) * CHECK
-        if ctl is not None:
+        if coord is not None:
             t0 = time.process_time()
-            d = ctl.decide(it, res.window_stats())
+            windows = res.window_stats()
+            coll.hold(windows)
+            coord.check(it, windows[0], apply_at=it)  # a decision applies from the next chunk
             run.tuner_cpu_s += time.process_time() - t0
-            if d is not None:
-                ctl.applied(it, d.config)
         if it % WINDOW == 0:
             run.speeds.append(samples / time_s)
             run.configs.append(cur)
             samples = time_s = 0.0
-        nxt = ctl.current if ctl is not None else fixed(it // WINDOW)
+        nxt = coord.config if coord is not None else fixed(it // WINDOW)
         if nxt != cur:
             run.changes.append(it)
         cur = nxt
