@@ -27,9 +27,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.metrics import StatsCollector, WindowStats
+from ..core.metrics import StatsCollector
 from ..core.scheduler import CreditQueue, Message, Scheduler, TensorSpec, plan_order
 from ..core.space import Config
+from ..core.window import WIRE_LEN
 from ._mxnet_imports import import_mxnet
 
 #: Reserved KVStore keys; MXNet hashes a key as ``key * 9973`` in 32-bit
@@ -57,7 +58,9 @@ class _GluonEngine:
     """Shared part of the MXNet engines: trainer take-over, message plans, scheduled step, statistics.
 
     Subclasses provide the communication: ``_take_over``, ``_setup_comm``,
-    ``_register_layout``, ``_issue``, ``gather_windows`` and ``agree``.
+    ``_register_layout``, ``_issue``, and the window protocol's transport
+    (:class:`autobyte.core.window.Collective`: ``all_gather`` and ``broadcast``
+    of a float64 vector).
     """
 
     #: ``"ps"`` or ``"allreduce"`` (Table II architecture feature).
@@ -111,12 +114,18 @@ class _GluonEngine:
     def _issue(self, layout: _Layout, index: int, bufs: list[Any]) -> None:
         raise NotImplementedError
 
-    def gather_windows(self, window: WindowStats) -> list[WindowStats]:
-        """Every worker's statistics, in rank order (all workers call this at the same step)."""
+    # The window protocol's transport (autobyte.core.window.Collective): every
+    # worker calls each method at the same step.
+    @property
+    def world_size(self) -> int:
+        return self.num_workers
+
+    def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
+        """Every worker's ``vector`` (all of one length), in rank order."""
         raise NotImplementedError
 
-    def agree(self, decision: Config | None, at_iteration: int) -> Config | None:
-        """Rank 0's ``decision`` on every worker (all workers call this at the same step)."""
+    def broadcast(self, vector: np.ndarray) -> np.ndarray:
+        """Rank 0's ``vector`` on every worker."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ set-up
@@ -358,6 +367,7 @@ class KVStoreEngine(_GluonEngine):
         super().__init__(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes)
         self._kv = self._take_over(trainer, kvstore)
         self._next_key = _KEY_WEIGHTS0
+        self._control_shapes: dict[int, tuple[int, ...]] = {}
 
     def _take_over(self, trainer: Any, kvstore: Any) -> Any:
         mx = self._mx
@@ -409,10 +419,12 @@ class KVStoreEngine(_GluonEngine):
         self._next_key = _KEY_WEIGHTS0 + len(params)
         mx = self._mx
         width = 8 + n_tensors  # WindowStats.to_vector(): 8 scalars, then one time per tensor
+        # Control keys of a fixed shape: a statistics row per worker, one decision message.
+        self._control_shapes = {_KEY_STATS: (self.num_workers, width), _KEY_DECISION: (WIRE_LEN,)}
         # One init call = one barrier: control keys, then rank 0's weights for everyone.
         self._kv.init(
             [_KEY_STATS, _KEY_DECISION],
-            [mx.nd.zeros((self.num_workers, width), dtype="float64"), mx.nd.zeros((4,), dtype="float64")],
+            [mx.nd.zeros(self._control_shapes[k], dtype="float64") for k in (_KEY_STATS, _KEY_DECISION)],
         )
         wkeys = [_KEY_WEIGHTS0 + i for i in range(len(params))]
         self._kv.broadcast(wkeys, [p.list_data()[0] for p in params], out=[p.list_data() for p in params])
@@ -435,36 +447,29 @@ class KVStoreEngine(_GluonEngine):
     def _issue(self, layout: _Layout, index: int, bufs: list[Any]) -> None:
         self._kv.pushpull(layout.keys[index], bufs, out=bufs, priority=layout.mx_priority[index])
 
-    def gather_windows(self, window: WindowStats) -> list[WindowStats]:
-        """Every worker's statistics, in rank order (a sum over one KVStore key)."""
+    def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
+        """Every worker's ``vector``, in rank order: each worker fills its row, the servers sum the rows."""
+        vec = np.asarray(vector, dtype=np.float64).reshape(-1)
         if self._kv is None:
-            return [window]
-        vec = window.to_vector()
+            return [vec]
         rows = np.zeros((self.num_workers, vec.size), dtype=np.float64)
         rows[self.rank] = vec
-        nd = self._mx.nd.array(rows, dtype="float64")
-        self._kv.pushpull(_KEY_STATS, nd, out=nd)
-        return [WindowStats.from_vector(r) for r in nd.asnumpy()]
+        return list(self._sum_on_servers(_KEY_STATS, rows))
 
-    def agree(self, decision: Config | None, at_iteration: int) -> Config | None:
-        """Rank 0's ``decision`` on every worker (all workers call this at the same step).
-
-        Non-zero ranks pass anything; only rank 0's value counts. The
-        decision travels as four float64 numbers over one KVStore key.
-        """
+    def broadcast(self, vector: np.ndarray) -> np.ndarray:
+        """Rank 0's ``vector``: rank 0 sends it, every other worker zeros, the servers sum."""
+        vec = np.asarray(vector, dtype=np.float64).reshape(-1)
         if self._kv is None:
-            return decision
-        msg = np.zeros(4, dtype=np.float64)
-        if self.rank == 0 and decision is not None:
-            msg[:] = (1.0, float(at_iteration), float(decision.partition_bytes), float(decision.credit_bytes))
-        nd = self._mx.nd.array(msg, dtype="float64")
-        self._kv.pushpull(_KEY_DECISION, nd, out=nd)
-        flag, at, part, credit = (float(x) for x in nd.asnumpy())
-        if flag == 0.0:
-            return None
-        if flag != 1.0 or at != at_iteration:
-            raise RuntimeError(f"workers disagree on the reconfiguration at iteration {at_iteration} (got flag={flag}, at={at}).")
-        return Config(int(part), int(credit))
+            return vec
+        return self._sum_on_servers(_KEY_DECISION, vec if self.rank == 0 else np.zeros_like(vec))
+
+    def _sum_on_servers(self, key: int, values: np.ndarray) -> np.ndarray:
+        shape = self._control_shapes[key]
+        if values.shape != shape:
+            raise ValueError(f"control key {key} carries float64 arrays of shape {shape}, but got shape {values.shape}.")
+        nd = self._mx.nd.array(values, dtype="float64")
+        self._kv.pushpull(key, nd, out=nd)
+        return np.asarray(nd.asnumpy(), dtype=np.float64)
 
 
 def schedule(trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None) -> KVStoreEngine:

@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from ..core.metrics import WindowStats
-from ..core.space import Config
 from ._mxnet_engine import _GluonEngine, _Layout
 
 HOROVOD_HINT = (
@@ -113,27 +111,22 @@ class HorovodEngine(_GluonEngine):
     def _issue(self, layout: _Layout, index: int, bufs: list[Any]) -> None:
         self._hvd.allreduce_(bufs[0], average=False, name=layout.names[index], priority=layout.mx_priority[index])
 
-    def gather_windows(self, window: WindowStats) -> list[WindowStats]:
+    def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
+        """Every worker's ``vector``, in rank order: each worker fills its row, an all-reduce sums the rows."""
+        vec = np.asarray(vector, dtype=np.float64).reshape(-1)
         if not self.distributed:
-            return [window]
-        vec = window.to_vector()
+            return [vec]
         rows = np.zeros((self._size, vec.size), dtype=np.float64)
         rows[self._rank] = vec
         nd = self._mx.nd.array(rows, dtype="float64")
         self._hvd.allreduce_(nd, average=False, name="autobyte.stats")
-        return [WindowStats.from_vector(r) for r in nd.asnumpy()]
+        return list(np.asarray(nd.asnumpy(), dtype=np.float64))
 
-    def agree(self, decision: Config | None, at_iteration: int) -> Config | None:
+    def broadcast(self, vector: np.ndarray) -> np.ndarray:
+        """Rank 0's ``vector`` (Horovod broadcast from root 0)."""
+        vec = np.asarray(vector, dtype=np.float64).reshape(-1)
         if not self.distributed:
-            return decision
-        msg = np.zeros(4, dtype=np.float64)
-        if self._rank == 0 and decision is not None:
-            msg[:] = (1.0, float(at_iteration), float(decision.partition_bytes), float(decision.credit_bytes))
-        nd = self._mx.nd.array(msg, dtype="float64")
+            return vec
+        nd = self._mx.nd.array(vec, dtype="float64")
         self._hvd.broadcast_(nd, root_rank=0, name="autobyte.decision")
-        flag, at, part, credit = (float(x) for x in nd.asnumpy())
-        if flag == 0.0:
-            return None
-        if at != at_iteration:
-            raise RuntimeError(f"workers disagree on the reconfiguration step: rank 0 says {at}, this rank is at {at_iteration}.")
-        return Config(int(part), int(credit))
+        return np.asarray(nd.asnumpy(), dtype=np.float64)

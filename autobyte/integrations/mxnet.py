@@ -17,13 +17,14 @@ from typing import Any
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Controller, StaticTuner, Tuner
+from ..core.window import DecisionRecord, WindowCoordinator, WindowOutcome
 from ._mxnet_engine import KVStoreEngine, _GluonEngine, schedule
 from ._mxnet_horovod import HOROVOD_HINT, HorovodEngine
 from ._mxnet_imports import INSTALL_HINT, SUPPORTED_MXNET, check_mxnet_version, import_mxnet
 from ._mxnet_launch import WorkerResult, free_port, launch_local_ps
 
 try:
-    from mxnet.gluon.contrib.estimator.event_handler import BatchBegin, GradientUpdateHandler, TrainBegin, TrainEnd
+    from mxnet.gluon.contrib.estimator.event_handler import BatchBegin, GradientUpdateHandler, TrainBegin, TrainEnd  # type: ignore[import-untyped]
 
     _IMPORT_ERROR: BaseException | None = None
 except ImportError as _exc:  # MXNet missing: the handler raises with an install hint when built
@@ -59,6 +60,14 @@ def _make_tuner(tuner: str | Tuner, tuner_kwargs: dict[str, Any]) -> Tuner:
 
 
 ENGINES = ("horovod", "kvstore")
+
+
+def _record(saved: Any) -> DecisionRecord:
+    """A saved reconfiguration: a record's dict, or the ``(iteration, old, new, reason)`` of autobyte 0.1."""
+    if isinstance(saved, dict):
+        return DecisionRecord.from_dict(saved)
+    i, a, b, r = saved
+    return DecisionRecord(int(i), Config(**a), Config(**b), str(r))
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -148,9 +157,10 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         self.verbose = bool(verbose)
         self.priority = priority
         self.engine: _GluonEngine | None = None
-        self.controller: Controller | None = None
-        #: ``(iteration, old, new, reason)`` of every reconfiguration applied, on every rank.
-        self.reconfigurations: list[tuple[int, Config, Config, str]] = []
+        #: the window protocol (built at the first distributed step)
+        self.coordinator: WindowCoordinator | None = None
+        #: every reconfiguration applied, on every rank (:class:`~autobyte.core.window.DecisionRecord`).
+        self.reconfigurations: list[DecisionRecord] = []
         self._restored: dict[str, Any] | None = None
         self._logger: Any = None
 
@@ -198,50 +208,38 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
 
     # ------------------------------------------------------------ decisions
     def _after_step(self, engine: _GluonEngine) -> None:
-        it = engine.iteration - 1  # the batch just finished
-        if self.controller is None:
-            self._start_controller(engine)
-        controller = self.controller
-        assert controller is not None and engine.stats is not None
-        if not controller.counts(it):
-            engine.stats.reset()
-            return
-        if not controller.check_due(engine.stats.n_iters):
-            return
-        windows = engine.gather_windows(engine.stats.window())
-        decision = controller.decide(it, windows) if engine.rank == 0 else None
-        entry = controller.history[-1] if controller.history else {}
-        if engine.rank == 0 and self.verbose and entry.get("iteration") == it:
-            self._log(f"autobyte: batch {it}: {controller.current}, observed {entry.get('speed', float('nan')):.1f} samples/s")
-        cfg = engine.agree(decision.config if decision is not None else None, at_iteration=it + 1)
-        if cfg is not None:
-            reason = decision.reason if decision is not None else "rank 0's decision"
-            self._apply(engine, cfg, it + 1, reason, decision.predicted_speed if decision is not None else None)
+        if self.coordinator is None:
+            self._start_coordinator(engine)
+        assert self.coordinator is not None and engine.stats is not None
+        # the batch just finished; a decision applies from the next one
+        self._follow(engine, self.coordinator.end_iteration(engine.iteration - 1, engine.stats))
 
-    def _start_controller(self, engine: _GluonEngine) -> None:
-        self.controller = Controller(
+    def _start_coordinator(self, engine: _GluonEngine) -> None:
+        controller = Controller(
             self.tuner, self.search_space, engine.config, engine.arch, [t.nbytes for t in engine.tensors],
             window_iters=self.window_iters, warmup_iters=self.warmup_iters, link_factor=engine.link_factor,
         )
+        self.coordinator = WindowCoordinator(controller, engine)
+        self.coordinator.history = self.reconfigurations
         if self._restored is not None:
-            self.controller.load_state_dict(self._restored.get("controller", {}))
+            controller.load_state_dict(self._restored.get("controller", {}))
             self._restored = None
         # The tuner may choose where to begin; rank 0's choice holds everywhere.
-        proposal = self.controller.current if self.controller.current != engine.config else None
-        cfg = engine.agree(proposal, at_iteration=engine.iteration)
-        self.controller.current = engine.config
-        if cfg is not None and cfg != engine.config:
-            self._apply(engine, cfg, engine.iteration, "tuner start", None)
+        self._follow(engine, self.coordinator.start(engine.iteration, engine.config))
 
-    def _apply(self, engine: _GluonEngine, cfg: Config, at: int, reason: str, predicted: float | None) -> None:
-        assert self.controller is not None
-        old = self.controller.current
-        engine.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason=reason)
-        self.controller.applied(at, cfg)
-        self.reconfigurations.append((at, old, cfg, reason))
+    def _follow(self, engine: _GluonEngine, out: WindowOutcome) -> None:
+        """Apply what the window protocol returned: the engine's scheduler follows the coordinator."""
+        if out.decision is not None:
+            d = out.decision
+            engine.reconfigure(d.new.partition_bytes, d.new.credit_bytes, at_iteration=d.iteration, reason=d.reason)
         if engine.rank == 0 and self.verbose:
-            pred = "" if predicted is None else f", predicted {predicted:.1f} samples/s"
-            self._log(f"autobyte: reconfigure at batch {at}: {old} -> {cfg} ({reason}{pred})")
+            for line in out.log_lines("batch"):
+                self._log(line)
+
+    @property
+    def controller(self) -> Controller | None:
+        """The tuning controller (built at the first distributed step)."""
+        return None if self.coordinator is None else self.coordinator.controller
 
     def _log(self, msg: str) -> None:
         if self._logger is not None:
@@ -255,12 +253,12 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         return {
             "controller": self.controller.state_dict() if self.controller is not None else {},
             "engine": self.engine.state_dict() if self.engine is not None else {},
-            "reconfigurations": [(i, a.to_dict(), b.to_dict(), r) for i, a, b, r in self.reconfigurations],
+            "reconfigurations": [r.to_dict() for r in self.reconfigurations],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` (applied when training starts if it has not yet)."""
-        self.reconfigurations = [(int(i), Config(**a), Config(**b), str(r)) for i, a, b, r in state.get("reconfigurations", [])]
+        self.reconfigurations[:] = [_record(r) for r in state.get("reconfigurations", [])]
         if self.controller is not None:
             self.controller.load_state_dict(state.get("controller", {}))
         if self.engine is not None:
@@ -269,7 +267,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
             self._restored = dict(state)
 
 
-__all__ = sorted([
-    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET", "WorkerResult", "check_mxnet_version",
-    "free_port", "launch_local_ps", "schedule",
-])
+__all__ = [
+    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET", "WorkerResult",
+    "check_mxnet_version", "free_port", "launch_local_ps", "schedule",
+]

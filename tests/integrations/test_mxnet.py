@@ -192,6 +192,19 @@ def test_handler_state_dict_round_trip() -> None:
     assert state["engine"]["config"] == {"partition_bytes": 1024, "credit_bytes": 2048}
 
 
+def test_handler_reconfigurations_are_decision_records_and_old_states_load() -> None:
+    from autobyte.core import Config, DecisionRecord
+
+    rec = DecisionRecord(7, Config(4096, 8192), Config(1024, 2048), "grid", 12.5, 10.0)
+    h = AutoByteHandler("static", 4096, 8192)
+    h.load_state_dict({"reconfigurations": [rec.to_dict()]})
+    assert h.reconfigurations == [rec]
+    assert h.state_dict()["reconfigurations"] == [rec.to_dict()]
+    # autobyte 0.1 saved (iteration, old, new, reason) tuples
+    h.load_state_dict({"reconfigurations": [(7, Config(4096, 8192).to_dict(), Config(1024, 2048).to_dict(), "grid")]})
+    assert h.reconfigurations == [DecisionRecord(7, Config(4096, 8192), Config(1024, 2048), "grid")]
+
+
 def test_horovod_engine_rejects_a_parameter_server_trainer_and_several_contexts() -> None:
     from autobyte.integrations.mxnet import HorovodEngine
 

@@ -55,7 +55,7 @@ def test_horovod_scheduled_matches_distributed_trainer(tmp_path: Path) -> None:
     for rank in (0, 1):
         info = sched[rank]["info"]
         assert info["arch"] == "allreduce" and info["num_workers"] == 2
-        assert [r[0] for r in info["reconfigurations"]] == [7]  # decided on rank 0, applied by both at batch 7
+        assert [r["iteration"] for r in info["reconfigurations"]] == [7]  # decided on rank 0, applied by both at batch 7
         assert info["config"] == {"partition_bytes": 1024, "credit_bytes": 2048}
         sizes = [m[1] for m in info["last_messages"]]
         assert sum(sizes) == sum(info["tensor_bytes"]) and max(sizes) <= 1024

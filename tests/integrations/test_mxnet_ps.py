@@ -82,8 +82,8 @@ def test_reconfiguration_mid_training_loses_no_update(plain: list[dict], tmp_pat
     for rank in (0, 1):
         info = sched[rank]["info"]
         # warm-up 2 + window 5 -> decided after batch 6, applied by every rank from batch 7.
-        assert [r[0] for r in info["reconfigurations"]] == [7]
-        assert info["reconfigurations"][0][2] == {"partition_bytes": 1024, "credit_bytes": 2048}
+        assert [r["iteration"] for r in info["reconfigurations"]] == [7]
+        assert info["reconfigurations"][0]["new"] == {"partition_bytes": 1024, "credit_bytes": 2048}
         assert info["config"] == {"partition_bytes": 1024, "credit_bytes": 2048}
         assert set(info["layouts"]) == {"4096", "1024"}
         assert max(m[1] for m in info["last_messages"]) <= 1024

@@ -114,7 +114,7 @@ def main() -> None:
             iterations=eng.iteration,
             config=eng.config.to_dict(),
             tensor_bytes=[t.nbytes for t in eng.tensors],
-            reconfigurations=[(i, a.to_dict(), b.to_dict(), r) for i, a, b, r in handler.reconfigurations],
+            reconfigurations=[r.to_dict() for r in handler.reconfigurations],
             layouts={str(p): len(l.messages) for p, l in eng._layouts.items()},
             arch=eng.arch,
             last_messages=eng.last_messages,
