@@ -47,11 +47,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     backwards = d / "backwards.json"
     backwards.write_text(json.dumps({"changes": [{"at": 0, "up_mbit": 100}, {"at": 20, "up_mbit": 50},
                                                  {"at": 10, "up_mbit": 200}]}))
+    raw = d / "raw"
+    raw.mkdir()
+    (raw / "rank0.json").write_text('{"segments": [{"rate_mbit": 100')
     weights = d / "bad.weights.h5"
     weights.write_bytes(b"\x89HDF\r\n\x1a\n truncated")
     return {"dir": str(d), "plain": str(plain), "truncated": str(truncated), "shard": str(truncated / shard.name),
             "badmeta": str(badmeta), "notnpz": str(notnpz), "latin": str(latin), "backwards": str(backwards),
-            "weights": str(weights), "missing": str(d / "missing"), "nodir_npz": str(d / "no" / "x.npz")}
+            "weights": str(weights), "raw": str(raw), "missing": str(d / "missing"), "nodir_npz": str(d / "no" / "x.npz")}
 
 
 # (argv, text the one error line must hold); {name} is replaced by files[name]
@@ -138,6 +141,8 @@ CASES: list[tuple[list[str], str]] = [
     (["collect", "--out", "{dir}/r", "--window-iters", "1"], "--window-iters must be an integer in [2, 10000]"),
     (["collect", "--out", "{dir}/r", "--rates-mbit", "-5"], "--rates-mbit must be comma-separated positive numbers"),
     (["collect", "--evaluate", "{missing}"], "--evaluate must be an existing folder"),
+    (["collect", "--evaluate", "{raw}"], "measurement file '{raw}/rank0.json' is not valid JSON"),
+    (["collect", "--evaluate", "{dir}"], "out_dir must hold the ranks' rank0.json"),
     (["collect", "--evaluate", "{dir}", "--holdout", "model"], "argument --holdout: invalid choice: 'model'"),
     (["collect", "--evaluate", "{dir}", "--weights", "{weights}"], "--weights='{weights}' is not usable meta-network weights"),
     (["collect", "--out", "{dir}/r", "--weights", "{weights}"], "--weights and --report go with --evaluate RAW"),

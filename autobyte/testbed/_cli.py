@@ -251,10 +251,12 @@ def _collect(args: argparse.Namespace) -> int:
 
     try:
         if args.evaluate:
-            from ..bench.collect import evaluate_meta
+            from ..bench.collect import evaluate_meta, read_measurement
             from ..meta._cli import _check_weights
 
             _check_weights(args.weights)
+            for raw in args.evaluate:  # a bad raw folder is reported before the network loads
+                read_measurement(raw)
             res = evaluate_meta(args.evaluate, weights=args.weights, holdout=args.holdout)
             if args.report:
                 with open(args.report, "w") as f:
