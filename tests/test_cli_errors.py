@@ -246,3 +246,12 @@ def test_dataset_loaders_name_the_file(files: dict[str, str]) -> None:
             load(files["badmeta"])
         assert os.path.join(files["badmeta"], "meta.json") in str(e.value)
     np.testing.assert_array_less(0, load_dataset(os.path.join(files["dir"], "ds"))["speed"])  # a good one still loads
+
+
+def test_readme_error_example_is_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    example = re.search(r"`(autobyte demo: error: [^`]*)`", (REPO / "README.md").read_text())
+    assert example, "README.md lost its error example"
+    assert main(["demo", "--tuner", "fastest"]) == 2
+    assert capsys.readouterr().err.startswith(example.group(1))
