@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -174,6 +175,8 @@ def out_arg(flag: str, *, kind: str = "file", suffix: str | None = None) -> Call
                 raise _bad(flag, "a file path, not a folder", text)
             if not p.resolve().parent.is_dir():
                 raise _bad(flag, "a file in an existing folder", text)
+            if not os.access(p.resolve().parent, os.W_OK):
+                raise _bad(flag, "a file in a folder you may write to", text)
         elif p.exists() and not p.is_dir():
             raise _bad(flag, "a folder (it exists and is not one)", text)
 

@@ -73,7 +73,8 @@ CASES: list[tuple[list[str], str]] = [
     (["simulate", "--partition-bytes", "4MB"], "--partition-bytes must be a positive integer, but got --partition-bytes='4MB'."),
     (["simulate", "--credit-bytes", "-1"], "--credit-bytes must be a positive integer"),
     (["simulate", "--iters", "0"], "--iters must be an integer in [1, 100000]"),
-    (["simulate", "--seed", "-1"], "--seed must be a non-negative integer"),
+    (["simulate", "--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
+    (["simulate", "--seed", "4294967296"], "--seed must be an integer in [0, 4294967295], but got --seed=4294967296."),
     (["simulate", "--latency-us", "-1"], "--latency-us must be a number of microseconds >= 0"),
     (["simulate", "--per-message-us", "inf"], "--per-message-us must be a number of microseconds >= 0"),
     # dataset
@@ -84,11 +85,11 @@ CASES: list[tuple[list[str], str]] = [
     (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--configs-per-condition", "1"],
      "--configs-per-condition must be an integer >= 2"),
     (["dataset", "generate", "--out", "{plain}", "--samples", "8"], "--out must be a folder (it exists and is not one)"),
-    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--seed", "x"], "--seed must be a non-negative integer"),
+    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--seed", "x"], "--seed must be an integer in [0, 4294967295]"),
     # meta-data
     (["meta-data", "--out", "{dir}/m.npz", "--contexts", "0"], "--contexts must be an integer in [1, 10000000], but got --contexts=0."),
     (["meta-data", "--out", "{dir}/m.npz", "--candidates", "1"], "--candidates must be an integer in [2, 10000]"),
-    (["meta-data", "--out", "{dir}/m.npz", "--seed", "-3"], "--seed must be a non-negative integer"),
+    (["meta-data", "--out", "{dir}/m.npz", "--seed", "-3"], "--seed must be an integer in [0, 4294967295]"),
     (["meta-data", "--out", "{dir}/m.txt"], "--out must be a file name ending in .npz"),
     (["meta-data", "--out", "{nodir_npz}"], "--out must be a file in an existing folder"),
     (["meta-data"], "the following arguments are required: --out"),
@@ -101,7 +102,7 @@ CASES: list[tuple[list[str], str]] = [
     (["train-meta", "--data", "{dir}", "--out", "{dir}/n.h5"], "--out must be a file name ending in .weights.h5"),
     (["train-meta", "--data", "{dir}", "--out", "{dir}/n.weights.h5", "--epochs", "0"], "--epochs must be an integer in [1, 100000]"),
     (["train-meta", "--data", "{dir}", "--out", "{dir}/n.weights.h5", "--batch-size", "0"], "--batch-size must be an integer in [1, 1048576]"),
-    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.weights.h5", "--seed", "-1"], "--seed must be a non-negative integer"),
+    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.weights.h5", "--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
     (["train-meta", "--data", "{dir}", "--out", "{dir}/n.weights.h5", "--report", "{nodir_npz}"], "--report must be a file in an existing folder"),
     # evaluate
     (["evaluate", "--only", "nosuch"], "--only must be a comma-separated subset of fig5,fig6,fig7,fig89,steady,shift, but got --only='nosuch'"),

@@ -59,7 +59,7 @@ def _bench(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     out = args.out or os.path.join("runs", time.strftime("bench-%Y%m%d-%H%M%S"))
-    run_bench(plan, out)
+    _run(run_bench, plan, out)
     with open(os.path.join(out, "summary.md")) as f:
         print(f.read())
     print(f"raw data, CSV and plot in {out}/")
@@ -98,5 +98,16 @@ def _demo(args: argparse.Namespace) -> int:
         plan = DemoPlan(iters=args.iters, every=args.every, low_mbit=args.low_mbit, high_mbit=args.high_mbit, tuner=args.tuner)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
-    run_demo(plan, args.out or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S")))
+    _run(run_demo, plan, args.out or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S")))
     return 0
+
+
+def _run(fn: Any, plan: Any, out: str) -> None:
+    """Run a benchmark; a failure of the run (no root, a job that failed) is one line, exit 1."""
+    from ..cli import CLIError
+    from ..testbed import TestbedError
+
+    try:
+        fn(plan, out)
+    except (TestbedError, RuntimeError, OSError) as exc:
+        raise CLIError(str(exc), 1) from None

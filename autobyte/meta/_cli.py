@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
                    help="windows drawn, each with --candidates rows (default 1500)")
     p.add_argument("--candidates", type=int_arg("--candidates", 2, 10_000), default=20,
                    help="candidate configurations simulated per window (default 20)")
-    p.add_argument("--seed", type=int_arg("--seed", 0), default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed (default 0)")
     p.set_defaults(func=_meta_data)
 
     p = sub.add_parser("train-meta", help="train the meta-network offline, held out by model and by network condition")
@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
     p.add_argument("--out", required=True, type=out_arg("--out", suffix=".weights.h5"),
                    help="output weights, NAME.weights.h5 (a NAME.weights.h5.json sidecar is written beside)")
     p.add_argument("--epochs", type=int_arg("--epochs", 1, 100_000), default=40, help="training epochs (default 40)")
-    p.add_argument("--seed", type=int_arg("--seed", 0), default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed (default 0)")
     p.add_argument("--report", default=None, type=out_arg("--report"), help="write held-out metrics as JSON here")
     p.set_defaults(func=_train_meta)
 

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
                    help="credit size in bytes (default: 4x the partition)")
     p.add_argument("--grid", action="store_true", help="evaluate a grid: partitions 4 KiB..1 GiB (x4 steps) x credit 1,2,4,8,16X")
     p.add_argument("--iters", type=int_arg("--iters", 1, 100_000), default=10, help="iterations simulated (default: 10)")
-    p.add_argument("--seed", type=int_arg("--seed", 0), default=0, help="random seed of the simulated jitter (default: 0)")
+    p.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed of the simulated jitter (default: 0)")
     p.add_argument("--latency-us", type=float_arg("--latency-us", inclusive=True, unit="microseconds"), default=None,
                    help="one-way latency per hop, microseconds (default: the cluster model's)")
     p.add_argument("--per-message-us", type=float_arg("--per-message-us", inclusive=True, unit="microseconds"), default=None,
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     g = dsub.add_parser("generate", help="generate (or resume) a dataset directory")
     g.add_argument("--out", required=True, type=out_arg("--out", kind="dir"), help="output directory")
     g.add_argument("--samples", type=int_arg("--samples"), required=True, help="rows to generate")
-    g.add_argument("--seed", type=int_arg("--seed", 0), default=0, help="random seed (default: 0)")
+    g.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed (default: 0)")
     g.add_argument("--workers-jobs", type=int_arg("--workers-jobs", 1, 256), default=1, help="worker processes (default: 1)")
     g.add_argument("--configs-per-condition", type=int_arg("--configs-per-condition", 2), default=12,
                    help="configurations simulated under each drawn network/compute condition (default: 12)")
