@@ -116,3 +116,17 @@ def test_autobyte_refuses_a_head_of_another_shape():
     state["head"] = state["head"][:2] + [[{"dtype": "<f4", "shape": [3, 1], "data": [0.0] * 3}, state["head"][2][1]]]
     with pytest.raises(ValueError, match="head shapes"):
         build("autobyte").load_state_dict(state)
+
+
+def test_bo_with_fresh_randomness_resumes_to_the_same_decisions():
+    # seed=None draws a seed once; the state carries it, so a resumed run still agrees
+    first = make_tuner("bo", arch="ps", seed=None)
+    cur = first.start(SPACE, START)
+    head, cur = run(first, range(12), cur)
+    state = json.loads(json.dumps(first.state_dict()))
+    second = make_tuner("bo", arch="ps", seed=None)
+    second.start(SPACE, cur)
+    second.load_state_dict(state)
+    rest_a, _ = run(first, range(12, 16), cur)
+    rest_b, _ = run(second, range(12, 16), cur)
+    assert rest_a == rest_b
