@@ -185,19 +185,18 @@ class ControlServer:
     def handle(self, fobj: socket.socket, on_iteration: Callable[[int], None]) -> None:
         """Serve one readable socket: accept a client, or read its lines and acknowledge."""
         if fobj is self.sock:
-            try:
-                conn, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            conn.setblocking(False)
-            if len(self.conns) >= MAX_CLIENTS:
-                self.n_dropped += 1
-                conn.close()
-                return
-            self.conns[conn] = b""
-            self._send(conn, self.hello)
+            for _n in range(MAX_CLIENTS):  # drain the backlog, boundedly
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:  # BlockingIOError: none left
+                    return
+                conn.setblocking(False)
+                if len(self.conns) >= MAX_CLIENTS:
+                    self.n_dropped += 1
+                    conn.close()
+                    continue
+                self.conns[conn] = b""
+                self._send(conn, self.hello)
             return
         if fobj not in self.conns:
             return

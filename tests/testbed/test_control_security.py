@@ -68,10 +68,18 @@ def served(tmp_path: Path):
 
 
 def connect(path: str) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(5)
-    s.connect(path)
-    return s
+    deadline = time.monotonic() + 10
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.connect(path)
+            return s
+        except BlockingIOError:  # the listen backlog is full for a moment (a loaded machine): retry
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def well_behaved_client_works(path: str, monkeypatch: pytest.MonkeyPatch, seen: list[int]) -> None:
