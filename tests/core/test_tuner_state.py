@@ -1,7 +1,9 @@
 """Contract: every registered tuner's ``state_dict`` round-trips through JSON to the same decisions.
 
-A tuner runs on a deterministic sequence of simulated windows (the bandwidth
-changes twice, so regimes change and adaptive tuners adapt); at a checkpoint
+A tuner runs on a deterministic sequence of simulated windows (ResNet50, 8
+workers, parameter server; the bandwidth steps through 10, 0.5, 40 and 1
+Gbit/s every 8 windows, where the best configuration differs, so regimes
+change, AutoByte moves, adapts and explores); at a checkpoint
 its state goes through ``json.dumps``/``json.loads`` into a fresh tuner, which
 continues. Every later decision must equal the uninterrupted run's.
 """
@@ -14,22 +16,26 @@ from typing import Any, Callable
 import pytest
 
 from autobyte import sim
-from autobyte.core.space import Config, MiB, SearchSpace
+from autobyte.core.space import Config, KiB, MiB, SearchSpace
 from autobyte.core.tuners import make_tuner, tuner_names
 from autobyte.core.tuning import Observation, Tuner
 
-SPACE = SearchSpace.grid([MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
+SPACE = SearchSpace.grid([256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB], [1, 2, 4])
 START = Config(4 * MiB, 8 * MiB)
-N_WINDOWS = 30
+N_WINDOWS = 48
+RATES_GBPS = (10.0, 0.5, 40.0, 1.0)
+#: Checkpoints: inside BO's random and GP phases, inside grid search, across regime changes
+#: and AutoByte's adaptations (windows 3, 4 and 33 in this sequence).
+CHECKPOINTS = (2, 5, 12, 21, 30, 36)
 _cache: dict[tuple[Config, int], Observation] = {}
 
 
 def window(config: Config, w: int) -> Observation:
-    """Window ``w`` under ``config``: deterministic; the link is 5, then 1, then 10 Gbit/s."""
+    """Window ``w`` under ``config``: deterministic; the link changes every 8 windows."""
     key = (config, w)
     if key not in _cache:
-        gbps = 5.0 if w < 10 else 1.0 if w < 20 else 10.0
-        res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(4, gbps, "ps"), config, n_iters=2, seed=w)
+        gbps = RATES_GBPS[(w // 8) % len(RATES_GBPS)]
+        res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(8, gbps, "ps"), config, n_iters=2, seed=w)
         f = res.features()
         _cache[key] = Observation(w * 10, config, float(f.speed.sum()), f)
     return _cache[key]
@@ -39,10 +45,10 @@ def build(name: str) -> Tuner:
     if name == "autobyte":
         from autobyte.meta import MetaNetwork
 
-        # a private network (adaptation changes its head); a 1% error bar so that it adapts;
-        # inline adaptation bounded by epochs, not by wall time: deterministic
+        # a private network (adaptation changes its head); a 3% error bar so that it adapts
+        # in this sequence; inline adaptation bounded by epochs, not by wall time: deterministic
         return make_tuner("autobyte", network=MetaNetwork.load_default(), background=False, adapt_time_s=1e6,
-                          max_error=0.01)
+                          max_error=0.03)
     if name == "grid":
         return make_tuner("grid", space=SPACE)
     if name == "bo":
@@ -79,8 +85,9 @@ def resumed(name: str, at: int, through: Callable[[dict[str, Any]], dict[str, An
 def test_state_round_trips_through_json_to_the_same_decisions(name):
     t = build(name)
     whole, _ = run(t, range(N_WINDOWS), t.start(SPACE, START))
-    assert any(d is not None for _, d in whole) or name == "static"
-    for at in (5, 12, 21):  # before, inside and after BO's GP phase; across both regime changes
+    # the sequence must make every searching tuner decide several times, or the test proves little
+    assert sum(d is not None for _, d in whole) >= (0 if name == "static" else 4), whole
+    for at in CHECKPOINTS:
         again = resumed(name, at, lambda s: json.loads(json.dumps(s)))
         for w, (a, b) in enumerate(zip(whole, again)):
             assert a == b, f"{name} resumed at window {at} diverges at window {w}: {b} instead of {a}"
