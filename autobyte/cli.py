@@ -191,7 +191,8 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="autobyte", description=(__doc__ or "").splitlines()[0])
+    parser = Parser(prog="autobyte", description="AutoByte: ByteScheduler-style gradient scheduling, tuned online by a "
+                                                 "meta-network. One sub-command per task; `autobyte COMMAND --help` for each.")
     parser.add_argument("--version", action="version", version=f"autobyte {_version()}", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _CLI_MODULES:

@@ -256,3 +256,16 @@ def test_readme_error_example_is_what_the_cli_prints(capsys: pytest.CaptureFixtu
     assert example, "README.md lost its error example"
     assert main(["demo", "--tuner", "fastest"]) == 2
     assert capsys.readouterr().err.startswith(example.group(1))
+
+
+def test_calibrate_names_a_bad_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    raw = tmp_path / "raw"
+    shutil.copytree(REPO / "docs" / "figures" / "calib_raw", raw)
+    (raw / "plan.json").write_bytes(b'{"rates_mbit": [100, \xff')
+    t0 = time.monotonic()
+    assert main(["calibrate", "--out", str(tmp_path / "o"), "--from-raw", str(raw)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autobyte calibrate: error: plan file ") and str(raw / "plan.json") in err, err
+    assert len(err.splitlines()) == 1 and time.monotonic() - t0 < 10
