@@ -215,15 +215,23 @@ def _read_launch(out_dir: str) -> Measurement:
     ranks = []
     r = 0
     while os.path.exists(os.path.join(out_dir, f"rank{r}.json")):
-        with open(os.path.join(out_dir, f"rank{r}.json")) as f:
-            ranks.append(json.load(f))
+        path = os.path.join(out_dir, f"rank{r}.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                ranks.append(json.load(f))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"measurement file {path!r} is not valid JSON ({exc}); was the run cut off?") from None
         r += 1
     if not ranks:
         raise FileNotFoundError(f"out_dir must hold the ranks' rank0.json, but {out_dir!r} has none (did the launch fail?).")
-    segs = [Segment.from_dict(d) for d in ranks[0]["segments"]]
-    windows = [[WindowStats.from_vector(rk["windows"][i]) for rk in ranks] for i in range(len(segs))]
-    by_rank = [[rk["iter_s"][i] for rk in ranks] for i in range(len(segs))]
-    return Measurement(segs, ranks[0]["iter_s"], windows, ranks[0]["profile"], ranks[0]["tensor_bytes"], ranks[0]["info"], by_rank)
+    try:
+        segs = [Segment.from_dict(d) for d in ranks[0]["segments"]]
+        windows = [[WindowStats.from_vector(rk["windows"][i]) for rk in ranks] for i in range(len(segs))]
+        by_rank = [[rk["iter_s"][i] for rk in ranks] for i in range(len(segs))]
+        return Measurement(segs, ranks[0]["iter_s"], windows, ranks[0]["profile"], ranks[0]["tensor_bytes"], ranks[0]["info"], by_rank)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ValueError(f"measurement files {os.path.join(out_dir, 'rank*.json')!r} are incomplete or of another "
+                         f"format ({type(exc).__name__}: {exc}).") from None
 
 
 def measure(

@@ -38,6 +38,10 @@ class DemoPlan:
         for name in ("iters", "every", "window_iters"):
             check_int(name, getattr(self, name))
         check_rates(self.low_mbit, self.high_mbit)
+        from ..core.tuners import tuner_names
+
+        if self.tuner not in tuner_names():  # before the DDP run, not after it
+            raise ValueError(f"tuner must be one of {tuner_names()}, but got tuner={self.tuner!r}.")
 
 
 def can_shape() -> tuple[bool, str]:

@@ -1,6 +1,6 @@
 """Draw a Chrome-trace timeline (``ScheduledTraining.save_trace``) as a PNG.
 
-    python -m autobyte.bench.timeline_plot TRACE.json OUT.png [--iterations 2]
+    python -m autobyte.bench.timeline_plot TRACE.json OUT.png [--title TITLE]
 
 One row per track (compute, communication, update); communication spans are
 coloured by their message's priority (dark: layers nearest the input).
@@ -50,9 +50,9 @@ def plot_trace(trace: dict[str, Any], path: str, *, title: str = "") -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace")
-    ap.add_argument("out")
-    ap.add_argument("--title", default="")
+    ap.add_argument("trace", help="Chrome-trace JSON written by save_trace()")
+    ap.add_argument("out", help="PNG file to write")
+    ap.add_argument("--title", default="", help="plot title (default: autobyte timeline)")
     a = ap.parse_args()
     with open(a.trace) as f:
         plot_trace(json.load(f), a.out, title=a.title)

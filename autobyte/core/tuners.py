@@ -175,6 +175,7 @@ class BOTuner(Tuner):
         self.xi = float(xi)
         self.seed = seed
         self.ranges = rng_
+        self._bo: Any = None
         self._reset()
 
     def _reset(self) -> None:
@@ -183,8 +184,11 @@ class BOTuner(Tuner):
         self._pending: Config | None = None
         self._history: list[tuple[float, float, float]] = []  # (partition M, credit M, target)
         self.best: Config | None = None
-        self._opt: Any = None
-        self._random = random.Random(self.seed)
+        # The optimiser's randomness (GP restarts, acquisition sampling) is drawn
+        # afresh for every suggestion from (seed, step), so a suggestion depends only
+        # on state_dict(): a restored tuner suggests exactly what the original would.
+        self._seed = self.seed if self.seed is not None else random.SystemRandom().randrange(2**31)
+        self._random = random.Random(self._seed)
         self._probes = [
             {k: round(self._random.uniform(lo, hi), 6) for k, (lo, hi) in sorted(self.ranges.items())}
             for _ in range(self.n_random)
@@ -203,20 +207,33 @@ class BOTuner(Tuner):
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
-        bo = _import_bayes_opt()
+        self._bo = _import_bayes_opt()
         self._reset()
-        self._opt = bo.BayesianOptimization(
-            f=None, pbounds=self.ranges, random_state=self.seed, verbose=0, allow_duplicate_points=True
-        )
-        self._utility = bo.UtilityFunction(kind="ei", kappa=0.0, xi=self.xi)
         return initial
+
+    def _suggest(self) -> dict[str, float]:
+        """Expected-improvement suggestion from the history, seeded by (seed, step)."""
+        import warnings
+
+        import numpy as np
+
+        bo = self._bo
+        opt = bo.BayesianOptimization(
+            f=None, pbounds=self.ranges, random_state=np.random.RandomState((self._seed * 1_000_003 + self._step) % 2**32),
+            verbose=0, allow_duplicate_points=True,
+        )
+        for p, c, t in self._history:
+            opt.register(params={"partition": p, "credit": c}, target=t)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return dict(opt.suggest(bo.UtilityFunction(kind="ei", kappa=0.0, xi=self.xi)))
 
     @property
     def done(self) -> bool:
         return self.best is not None
 
     def observe(self, obs: Observation) -> Decision | None:
-        if self._opt is None:
+        if self._bo is None:
             raise RuntimeError("BOTuner.observe called before start(space, initial).")
         if self.done:
             return None
@@ -227,7 +244,6 @@ class BOTuner(Tuner):
         elif self._pending is None or obs.config == self._pending:
             point = self._to_point(obs.config)
             target = -1.0 / obs.speed
-            self._opt.register(params=point, target=target)
             self._history.append((point["partition"], point["credit"], target))
         self._step += 1
         if self._step < self.n_steps:
@@ -235,11 +251,7 @@ class BOTuner(Tuner):
                 point = self._probes.pop(0)
                 how = "random probe"
             else:
-                import warnings
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    point = dict(self._opt.suggest(self._utility))
+                point = self._suggest()
                 how = f"expected improvement (xi={self.xi:g})"
             self._pending = self._to_config(point)
             return Decision(self._pending, f"BO step {self._step}/{self.n_steps}: {how}")
@@ -259,9 +271,12 @@ class BOTuner(Tuner):
             "history": [list(h) for h in self._history],
             "probes": [dict(p) for p in self._probes],
             "best": None if self.best is None else self.best.to_dict(),
+            "seed": self._seed,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "seed" in state:
+            self._seed = int(state["seed"])
         self._step = int(state.get("step", 0))
         self._first = bool(state.get("first", True))
         pend = state.get("pending")
@@ -271,9 +286,6 @@ class BOTuner(Tuner):
             self._probes = [dict(p) for p in state["probes"]]
         best = state.get("best")
         self.best = Config(**best) if best else None
-        if self._opt is not None:
-            for p, c, t in self._history:
-                self._opt.register(params={"partition": p, "credit": c}, target=t)
 
 
 #: name -> factory, or ``"module:attribute"`` imported on first use (keeps frameworks out of core).

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -57,7 +59,7 @@ class MetaDataset:
         try:
             with np.load(path, allow_pickle=False) as z:
                 d = {k: z[k] for k in cls.__dataclass_fields__}
-        except (KeyError, ValueError, OSError) as exc:
+        except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise ValueError(f"data file {str(path)!r} is not an autobyte meta-network dataset ({exc}).") from None
         if d["layers"].ndim != 3 or d["layers"].shape[2] != F_LAYER or d["layers"].shape[1] % N_BINS:
             raise ValueError(f"data file {str(path)!r} has layers of shape {d['layers'].shape}, expected (C, {N_BINS}, {F_LAYER}).")
@@ -121,6 +123,12 @@ class MetaDataset:
         }
 
 
+#: Columns of a simulator shard that :func:`from_sim_dataset` reads.
+_SHARD_COLUMNS = ("condition", "partition_cur", "credit_cur", "model", "n_layers", "layer_start", "layer_backward_mean",
+                  "layer_backward_max", "forward_s", "n_workers", "arch", "bw_up_min", "bw_up_mean", "bw_down_min",
+                  "bw_down_mean", "speed_cur", "link_gbps_min", "partition", "credit", "speed")
+
+
 def from_sim_dataset(path: str | Path, *, max_shards: int | None = None, seed: int = 0) -> MetaDataset:
     """Read ``autobyte.sim.dataset``'s directory format (``meta.json`` + ``shard-*.npz``).
 
@@ -128,23 +136,17 @@ def from_sim_dataset(path: str | Path, *, max_shards: int | None = None, seed: i
     (one window of statistics); the shards present are read (a dataset still
     being generated is usable).
     """
-    import json
+    from autobyte.sim.dataset import read_meta, read_shard
 
     root = Path(path)
-    meta_p = root / "meta.json"
-    if not meta_p.is_file():
-        raise FileNotFoundError(f"path must be a simulator dataset directory holding meta.json, but {str(meta_p)!r} does not exist.")
-    meta = json.loads(meta_p.read_text())
-    if meta.get("format") != "autobyte-sim-dataset":
-        raise ValueError(f"{str(meta_p)!r} is not an autobyte-sim-dataset (format={meta.get('format')!r}).")
+    meta = read_meta(root / "meta.json")  # every error names the file
     names = [m["name"] for m in meta["models"]]
     lbytes = [np.asarray(m["layer_bytes"], dtype=np.float64) for m in meta["models"]]
     arch_names = {v: k for k, v in meta["arch_codes"].items()}
     shards = sorted(root.glob("shard-*.npz"))[:max_shards]
     parts = []
     for sp in shards:
-        with np.load(sp, allow_pickle=False) as z:
-            col = {k: z[k] for k in z.files}
+        col = read_shard(sp, _SHARD_COLUMNS)
         key = np.stack([col["condition"], col["partition_cur"], col["credit_cur"]], axis=1)
         uniq, ctx_of_row = np.unique(key, axis=0, return_inverse=True)
         first = np.zeros(len(uniq), dtype=np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import threading
@@ -23,6 +24,9 @@ _log = logging.getLogger("autobyte.meta")
 
 #: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
 _ENV = [5, 6, 7, 8, 9, 10, 11]
+#: Their names, for the log.
+_ENV_NAMES = ["compute time", "forward time", "straggling", "min uplink bandwidth", "mean uplink bandwidth",
+              "min downlink bandwidth", "mean downlink bandwidth"]
 
 
 class Adapter:
@@ -382,10 +386,23 @@ class AutoByteTuner(Tuner):
         changed = False
         if self._last_env is not None:
             c, e, v = self._last_env
-            drift = c == obs.config and (np.max(np.abs(env - e)) > math.log(1.1) or abs(math.log(obs.speed / v)) > math.log(1.1))
-            changed = bool(drift or obs.regime_changed)
+            same = c == obs.config
+            env_moved = same and bool(np.max(np.abs(env - e)) > math.log(1.1))
+            speed_moved = same and abs(math.log(obs.speed / v)) > math.log(1.1)
+            changed = bool(env_moved or speed_moved or obs.regime_changed)
             if changed:
-                _log.info("autobyte: conditions changed at iteration %d (speed %.1f -> %.1f); forgetting measurements.", obs.iteration, v, obs.speed)
+                # say what was seen: a speed change, a change of the measured compute or
+                # bandwidth features, or the controller's signal (a change between two
+                # checks inside the window, which the window's mean may hide)
+                what = []
+                if speed_moved:
+                    what.append(f"speed {v:.1f} -> {obs.speed:.1f} samples/s under {obs.config} ({100 * (obs.speed / v - 1):+.1f}%)")
+                if env_moved:
+                    what.extend(f"{_ENV_NAMES[k]} x{math.exp(env[k] - e[k]):.2f}"
+                                for k in range(len(_ENV)) if abs(env[k] - e[k]) > math.log(1.1))
+                if obs.regime_changed:
+                    what.append("the controller saw the speed change by more than its regime_change threshold between two checks")
+                _log.info("autobyte: conditions changed at iteration %d: %s; forgetting measurements.", obs.iteration, "; ".join(what))
                 self._measured.clear()
                 self._recent.clear()
                 if self._prev is not None and not self._judged:
@@ -428,15 +445,96 @@ class AutoByteTuner(Tuner):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
+        """Everything a decision depends on, in plain types (JSON-safe), the adapted head included.
+
+        An adaptation still running in the background is not waited for: its
+        result is dropped, as in-flight work is on restore.
+        """
+        def cfg(c: Config | None) -> list[int] | None:
+            return None if c is None else [c.partition_bytes, c.credit_bytes]
+
         return {
             "window": self._window,
             "gain": self.gain.state_dict(),
             "error": self.error.state_dict(),
             "measured": [[c.partition_bytes, c.credit_bytes, v] for c, v in self._measured.items()],
+            "pred_next": self._pred_next,
+            "recent": [{"layers": _arr(j.layers), "job": _arr(j.job), "layer_bytes": _arr(j.layer_bytes),
+                        "current": cfg(j.current), "observed_speed": j.observed_speed, "embedding": _arr(e)}
+                       for j, e in self._recent],
+            "rows": [[_arr(e), _arr(c), y] for e, c, y in self._rows],
+            "explored": self._explored,
+            "exploring": self._exploring,
+            "moved": self._moved,
+            "move_error": self._move_error,
+            "bar": self._bar,
+            "reach": self._reach,
+            "prev": None if self._prev is None else [cfg(self._prev[0]), self._prev[1]],
+            "judged": self._judged,
+            "unjudged": cfg(self._unjudged),
+            "last_env": None if self._last_env is None else [cfg(self._last_env[0]), _arr(self._last_env[1]), self._last_env[2]],
+            "errors": list(self.errors),
+            "n_decisions": self.n_decisions,
+            "head": [[_arr(k), _arr(b)] for k, b in self.net._np_head.d],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._window = int(state.get("window", 0))
+        """Restore :meth:`state_dict`'s output (missing keys keep their current values).
+
+        Raises:
+            ValueError: the saved head's shapes do not match this tuner's network.
+        """
+        def cfg(v: Any) -> Config | None:
+            return None if v is None else Config(int(v[0]), int(v[1]))
+
+        if "head" in state:
+            d = [(_unarr(k), _unarr(b)) for k, b in state["head"]]
+            have = [(k.shape, b.shape) for k, b in self.net._np_head.d]
+            if [(k.shape, b.shape) for k, b in d] != have:
+                raise ValueError(f"state['head'] must have the network's head shapes {have}, "
+                                 f"but got {[(k.shape, b.shape) for k, b in d]}.")
+            head = copy.copy(self.net._np_head)
+            head.d = d
+            self.net._np_head = head  # one reference swap, as adaptation does
+        self._window = int(state.get("window", self._window))
         self.gain.load_state_dict(state.get("gain", {}))
         self.error.load_state_dict(state.get("error", {}))
-        self._measured = {Config(int(p), int(c)): float(v) for p, c, v in state.get("measured", [])}
+        if "measured" in state:
+            self._measured = {Config(int(p), int(c)): float(v) for p, c, v in state["measured"]}
+        if "pred_next" in state:
+            self._pred_next = None if state["pred_next"] is None else float(state["pred_next"])
+        if "recent" in state:
+            self._recent.clear()
+            for r in state["recent"]:
+                job = JobInputs(_unarr(r["layers"]), _unarr(r["job"]), _unarr(r["layer_bytes"]),
+                                cfg(r["current"]), float(r["observed_speed"]))  # type: ignore[arg-type]
+                self._recent.append((job, _unarr(r["embedding"])))
+        if "rows" in state:
+            self._rows.clear()
+            self._rows.extend((_unarr(e), _unarr(c), float(y)) for e, c, y in state["rows"])
+        for key in ("explored", "exploring", "moved", "judged"):
+            if key in state:
+                setattr(self, "_" + key, bool(state[key]))
+        for key in ("move_error", "bar", "reach"):
+            if key in state:
+                setattr(self, "_" + key, float(state[key]))
+        if "prev" in state:
+            self._prev = None if state["prev"] is None else (cfg(state["prev"][0]), float(state["prev"][1]))  # type: ignore[assignment]
+        if "unjudged" in state:
+            self._unjudged = cfg(state["unjudged"])
+        if "last_env" in state:
+            le = state["last_env"]
+            self._last_env = None if le is None else (cfg(le[0]), _unarr(le[1]), float(le[2]))  # type: ignore[assignment]
+        if "errors" in state:
+            self.errors = [float(e) for e in state["errors"]]
+        self.n_decisions = int(state.get("n_decisions", self.n_decisions))
+
+
+def _arr(a: np.ndarray) -> dict[str, Any]:
+    """A numpy array as plain types; float values survive JSON exactly (shortest repr round-trips)."""
+    a = np.asarray(a)
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.ravel().tolist()}
+
+
+def _unarr(d: dict[str, Any]) -> np.ndarray:
+    return np.asarray(d["data"], dtype=np.dtype(d["dtype"])).reshape(d["shape"])

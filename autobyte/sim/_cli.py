@@ -4,47 +4,74 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 
 def register(subparsers: Any) -> None:
+    from ..cli import float_arg, int_arg, out_arg
+    from ._models import MODELS
+
     p = subparsers.add_parser(
         "simulate",
         help="simulate scheduled training iterations (one config or a grid)",
         description="Simulate steady-state training iterations of a zoo model under one "
         "<partition, credit> configuration, or a grid of them, and print samples/s.",
     )
-    p.add_argument("--model", default="resnet50", help="zoo model name (default: resnet50)")
-    p.add_argument("--workers", type=int, default=8, help="number of workers (default: 8)")
-    p.add_argument("--arch", default="allreduce", choices=["allreduce", "ps"])
-    p.add_argument("--bandwidth-gbps", type=float, default=10.0, help="link bandwidth per worker, Gbit/s (default: 10)")
-    p.add_argument("--partition-bytes", type=int, default=4_000_000, help="partition size in bytes (default: 4000000)")
-    p.add_argument("--credit-bytes", type=int, default=None, help="credit size in bytes (default: 4x the partition)")
+    p.add_argument("--model", default="resnet50", type=_model_arg, metavar="MODEL",
+                   help=f"zoo model name, one of {', '.join(MODELS)} (default: resnet50)")
+    p.add_argument("--workers", type=int_arg("--workers", 1, 4096), default=8, help="number of workers (default: 8)")
+    p.add_argument("--arch", default="allreduce", choices=["allreduce", "ps"],
+                   help="all-reduce ring or parameter server (default: allreduce)")
+    p.add_argument("--bandwidth-gbps", type=float_arg("--bandwidth-gbps", unit="Gbit/s"), default=10.0,
+                   help="link bandwidth per worker, Gbit/s (default: 10)")
+    p.add_argument("--partition-bytes", type=int_arg("--partition-bytes"), default=4_000_000,
+                   help="partition size in bytes (default: 4000000)")
+    p.add_argument("--credit-bytes", type=int_arg("--credit-bytes"), default=None,
+                   help="credit size in bytes (default: 4x the partition)")
     p.add_argument("--grid", action="store_true", help="evaluate a grid: partitions 4 KiB..1 GiB (x4 steps) x credit 1,2,4,8,16X")
-    p.add_argument("--iters", type=int, default=10, help="iterations simulated (default: 10)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--latency-us", type=float, default=None, help="one-way latency per hop, microseconds")
-    p.add_argument("--per-message-us", type=float, default=None, help="CPU cost per message, microseconds")
+    p.add_argument("--iters", type=int_arg("--iters", 1, 100_000), default=10, help="iterations simulated (default: 10)")
+    p.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed of the simulated jitter (default: 0)")
+    p.add_argument("--latency-us", type=float_arg("--latency-us", inclusive=True, unit="microseconds"), default=None,
+                   help="one-way latency per hop, microseconds (default: the cluster model's)")
+    p.add_argument("--per-message-us", type=float_arg("--per-message-us", inclusive=True, unit="microseconds"), default=None,
+                   help="CPU cost per message, microseconds (default: the cluster model's)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_simulate)
 
     d = subparsers.add_parser("dataset", help="meta-network training data from the simulator")
     dsub = d.add_subparsers(dest="dataset_command", metavar="ACTION")
     g = dsub.add_parser("generate", help="generate (or resume) a dataset directory")
-    g.add_argument("--out", required=True, help="output directory")
-    g.add_argument("--samples", type=int, required=True, help="rows to generate")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--workers-jobs", type=int, default=1, help="worker processes (default: 1)")
-    g.add_argument("--configs-per-condition", type=int, default=12)
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--out", required=True, type=out_arg("--out", kind="dir"), help="output directory")
+    g.add_argument("--samples", type=int_arg("--samples"), required=True, help="rows to generate")
+    g.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed (default: 0)")
+    g.add_argument("--workers-jobs", type=int_arg("--workers-jobs", 1, 256), default=1, help="worker processes (default: 1)")
+    g.add_argument("--configs-per-condition", type=int_arg("--configs-per-condition", 2), default=12,
+                   help="configurations simulated under each drawn network/compute condition (default: 12)")
+    g.add_argument("--no-progress", action="store_true", help="do not print progress")
     g.set_defaults(func=_dataset_generate)
-    d.set_defaults(func=lambda args: (d.print_help(), 2)[1])
+    d.set_defaults(func=_dataset_usage)
+
+
+def _model_arg(text: str) -> str:
+    from ._models import MODELS, get_model
+
+    try:
+        get_model(text)
+        return text
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--model must be one of {', '.join(MODELS)}, but got --model={text!r}.") from None
+
+
+def _dataset_usage(args: argparse.Namespace) -> int:
+    from ..cli import CLIError
+
+    raise CLIError("give an action: autobyte dataset generate --out DIR --samples N (see `autobyte dataset --help`).")
 
 
 def _fail(msg: str) -> int:
-    print(f"autobyte: error: {msg}", file=sys.stderr)
-    return 2
+    from ..cli import CLIError
+
+    raise CLIError(msg)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -86,9 +113,10 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"{model.name}, {cluster.n_workers} workers, {cluster.arch}, {args.bandwidth_gbps:g} Gbit/s "
           f"(compute only: {head['compute_only_samples_per_s']:.1f} samples/s)")
     print(f"{'partition':>14} {'credit':>8} {'samples/s':>11} {'iter ms':>9} {'messages':>9}")
-    for i, r in enumerate(rows):
+    for i, row in enumerate(rows):
         mark = "  <- best" if i == best and len(rows) > 1 else ""
-        print(f"{r['partition_bytes']:>14,d} {r['credit_multiple']:>7g}X {r['samples_per_s']:>11.1f} {r['iter_time_ms']:>9.2f} {r['n_messages']:>9d}{mark}")
+        print(f"{row['partition_bytes']:>14,d} {row['credit_multiple']:>7g}X {row['samples_per_s']:>11.1f} "
+              f"{row['iter_time_ms']:>9.2f} {row['n_messages']:>9d}{mark}")
     return 0
 
 

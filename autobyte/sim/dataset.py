@@ -26,8 +26,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -356,8 +358,7 @@ def generate(
     meta_path = os.path.join(out, "meta.json")
     meta = _meta(spec)
     if os.path.exists(meta_path):
-        with open(meta_path) as fh:
-            old = json.load(fh)
+        old = read_meta(meta_path)
         if old.get("spec") != meta["spec"] or old.get("version") != VERSION:
             raise ValueError(
                 f"out_dir={out!r} already holds a dataset generated with other arguments ({old.get('spec')}); "
@@ -398,6 +399,61 @@ def generate(
     return out
 
 
+def read_meta(meta_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A dataset's ``meta.json``, checked; every error names the file.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        ValueError: not UTF-8 JSON, not an autobyte dataset, or a field missing or out of range.
+    """
+    mp = os.fspath(meta_path)
+    if not os.path.isfile(mp):
+        raise FileNotFoundError(f"path must be a simulator dataset directory holding meta.json, but {mp!r} does not exist.")
+    try:
+        with open(mp, encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"dataset file {mp!r} is not valid JSON ({exc}).") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"dataset file {mp!r} is not an {FORMAT} meta.json (format={got!r}).")
+    n = meta.get("n_shards")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 10**6:
+        raise ValueError(f"dataset file {mp!r}: n_shards must be an integer in [0, 1000000], but got n_shards={n!r}.")
+    models = meta.get("models")
+    if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("name"), str)
+                                               and isinstance(m.get("layer_bytes"), list) for m in models):
+        raise ValueError(f"dataset file {mp!r}: models must be a list of {{name, layer_bytes, ...}} entries.")
+    codes = meta.get("arch_codes")
+    if not isinstance(codes, dict) or not all(isinstance(v, int) for v in codes.values()):
+        raise ValueError(f"dataset file {mp!r}: arch_codes must map architecture names to integers, but got arch_codes={codes!r}.")
+    return meta
+
+
+def read_shard(path: str | os.PathLike[str], columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of one shard (all, or ``columns``); every error names the file.
+
+    Raises:
+        ValueError: the file is truncated or corrupt (an interrupted copy), not an
+            ``.npz`` of plain arrays, or lacks a column.
+    """
+    sp = os.fspath(path)
+    try:
+        with np.load(sp, allow_pickle=False) as z:
+            missing = [k for k in (columns or ()) if k not in z.files]
+            if missing:
+                raise ValueError(f"shard {sp!r} lacks columns {missing}.")
+            return {k: z[k] for k in (columns if columns is not None else z.files)}
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError, zlib.error) as exc:
+        raise ValueError(f"shard {sp!r} is unreadable, truncated or corrupt ({type(exc).__name__}: {exc}); "
+                         "delete it and rerun generate with the same arguments to remake it.") from None
+    except ValueError as exc:
+        if str(exc).startswith(f"shard {sp!r}"):
+            raise
+        raise ValueError(f"shard {sp!r} is unreadable, truncated or corrupt ({exc}); "
+                         "delete it and rerun generate with the same arguments to remake it.") from None
+
+
 def load_dataset(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Load a dataset directory into numpy columns (no pickle).
 
@@ -413,29 +469,20 @@ def load_dataset(path: str | os.PathLike[str]) -> dict[str, Any]:
             without the expected columns.
     """
     root = os.fspath(path)
-    meta_path = os.path.join(root, "meta.json")
-    if not os.path.exists(meta_path):
-        raise FileNotFoundError(f"path must be a dataset directory holding meta.json, but {meta_path!r} does not exist.")
-    with open(meta_path) as fh:
-        meta = json.load(fh)
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{meta_path!r} is not an {FORMAT} (format={meta.get('format')!r}).")
+    meta = read_meta(os.path.join(root, "meta.json"))
     cols: dict[str, list[np.ndarray]] = {k: [] for k in list(ROW_COLUMNS) + list(FLAT_COLUMNS)}
     offset = 0
     for i in range(int(meta["n_shards"])):
         sp = _shard_path(root, i)
         if not os.path.exists(sp):
             raise ValueError(f"shard {sp!r} is missing; the dataset is incomplete (rerun generate with the same arguments to finish it).")
-        with np.load(sp, allow_pickle=False) as z:
-            missing = [k for k in cols if k not in z.files]
-            if missing:
-                raise ValueError(f"shard {sp!r} lacks columns {missing}.")
-            for k in cols:
-                a = z[k]
-                if k == "layer_start":
-                    a = a + offset
-                cols[k].append(a)
-            offset += int(z["layer_backward_mean"].size)
+        z = read_shard(sp, list(cols))
+        for k in cols:
+            a = z[k]
+            if k == "layer_start":
+                a = a + offset
+            cols[k].append(a)
+        offset += int(z["layer_backward_mean"].size)
     data: dict[str, Any] = {k: np.concatenate(v) for k, v in cols.items()}
     data["model_names"] = [m["name"] for m in meta["models"]]
     data["model_layer_bytes"] = [np.asarray(m["layer_bytes"], dtype=np.int64) for m in meta["models"]]
@@ -449,4 +496,4 @@ def row_layers(data: dict[str, Any], row: int, column: str = "layer_backward_mea
     return data[column][s : s + int(data["n_layers"][row])]
 
 
-__all__ = sorted(["DatasetSpec", "FLAT_COLUMNS", "ROW_COLUMNS", "generate", "load_dataset", "row_layers"])
+__all__ = sorted(["DatasetSpec", "FLAT_COLUMNS", "ROW_COLUMNS", "generate", "load_dataset", "read_meta", "read_shard", "row_layers"])

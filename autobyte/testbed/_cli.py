@@ -22,6 +22,8 @@ examples:
 
 
 def register(subparsers: Any) -> None:
+    from ..cli import int_arg, out_arg
+
     p = subparsers.add_parser(
         "launch",
         help="run N workers in network namespaces with tc-shaped links (needs root)",
@@ -29,7 +31,8 @@ def register(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-n", "--n-workers", type=int, default=2, help="number of workers, one namespace each (default 2)")
+    p.add_argument("-n", "--n-workers", type=int_arg("--n-workers", 1, 250), default=2,
+                   help="number of workers, one namespace each (default 2)")
     p.add_argument("--bandwidth-mbit", type=float, help="rate of every link, both directions, Mbit/s (default unshaped)")
     p.add_argument("--up-mbit", type=float, help="worker-to-switch rate, Mbit/s (overrides --bandwidth-mbit)")
     p.add_argument("--down-mbit", type=float, help="switch-to-worker rate, Mbit/s (overrides --bandwidth-mbit)")
@@ -39,16 +42,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--flow", action="append", default=[], metavar="at=AT(it|s),src=R,dst=R,s=SEC",
                    help="competing TCP flow from rank src to rank dst, e.g. at=40it,src=1,dst=0,s=5 (repeatable)")
     p.add_argument("--ps", action="store_true", help="also start an MXNet PS scheduler and one server per worker (DMLC_* env)")
-    p.add_argument("--master-port", type=int, default=29500, help="MASTER_PORT (default 29500)")
-    p.add_argument("--ps-port", type=int, default=9091, help="DMLC_PS_ROOT_PORT (default 9091)")
+    p.add_argument("--master-port", type=int_arg("--master-port", 1, 65535), default=29500, help="MASTER_PORT (default 29500)")
+    p.add_argument("--ps-port", type=int_arg("--ps-port", 1, 65535), default=9091, help="DMLC_PS_ROOT_PORT (default 9091)")
     p.add_argument("--timeout-s", type=float, help="stop everything after this many seconds (exit code 124)")
-    p.add_argument("--events-log", metavar="PATH", help="append JSON lines: iteration notices and trace events")
+    p.add_argument("--events-log", metavar="PATH", type=out_arg("--events-log"),
+                   help="append JSON lines: iteration notices and trace events")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0], [w1], ...")
     p.add_argument("--probe-s", type=float, metavar="SECONDS",
                    help="instead of a command, measure the links: odd ranks send to the rank below for SECONDS")
     p.add_argument("--cleanup", nargs="?", const="all", metavar="RUN_ID",
                    help="remove namespaces left by runs whose launcher died (all, or one run id), then exit")
-    p.add_argument("--state-dir", help="where run state files live (default /run/autobyte)")
+    p.add_argument("--state-dir", type=out_arg("--state-dir", kind="dir"), help="where run state files live (default /run/autobyte)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="command run in every worker namespace (after --)")
     p.set_defaults(func=_main)
     _register_calibrate(subparsers)
@@ -56,8 +60,10 @@ def register(subparsers: Any) -> None:
 
 
 def _fail(msg: str, code: int = 2) -> int:
-    print(f"autobyte launch: error: {msg}", file=sys.stderr)
-    return code
+    """Report through the one CLI error path (:class:`autobyte.cli.CLIError`): one line, exit ``code``."""
+    from ..cli import CLIError
+
+    raise CLIError(msg, code)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -98,7 +104,10 @@ def _main(args: argparse.Namespace) -> int:
                        "--duration-s", str(args.probe_s), "--interval-s", "0.25"]
         if not command:
             return _fail("no command given; usage: autobyte launch [options] -- COMMAND [ARGS...] (or --probe-s / --cleanup).")
-        trace = BandwidthTrace.parse(args.trace) if args.trace else None
+        try:
+            trace = BandwidthTrace.parse(args.trace) if args.trace else None
+        except OSError as exc:
+            return _fail(f"--trace file {args.trace!r} cannot be read ({exc.strerror}).")
         flows = [parse_flow(f) for f in args.flow]
         if flows:
             if trace is None:
@@ -130,37 +139,54 @@ def _main(args: argparse.Namespace) -> int:
         return _fail(str(exc), 1)
 
 
-_CALIBRATE_EPILOG = """\
-examples:
-  autobyte calibrate --out runs/calib                 (full grid: 5 rates x 8 configs x 3 repetitions, ~13 min)
-  autobyte calibrate --out runs/calib-quick --quick   (smoke: 1 rate, 3 configs, < 60 s)
-  autobyte calibrate --out runs/refit --from-raw runs/calib/raw   (re-fit and redraw, no measuring)
-"""
+#: Wall seconds per measured segment on the 2-core reference host (docs/calibration.md: 160 segments, ~11 min).
+_SEGMENT_WALL_S = 11 * 60 / 160
+
+
+def _calibrate_epilog() -> str:
+    from .calibrate import CalibrationPlan
+
+    full, quick = CalibrationPlan(), CalibrationPlan.quick()
+
+    def size(plan: CalibrationPlan) -> str:
+        n = len(plan.rates_mbit) * len(plan.configs) * plan.reps
+        return (f"{len(plan.rates_mbit)} rate{'s' if len(plan.rates_mbit) > 1 else ''} x {len(plan.configs)} configs x "
+                f"{plan.reps} repetition{'s' if plan.reps > 1 else ''}, ~{max(1, round(n * _SEGMENT_WALL_S / 60))} min")
+
+    return ("examples:\n"
+            f"  autobyte calibrate --out runs/calib                 (full grid: {size(full)})\n"
+            f"  autobyte calibrate --out runs/calib-quick --quick   (smoke: {size(quick)})\n"
+            "  autobyte calibrate --out runs/refit --from-raw runs/calib/raw   (re-fit and redraw, no measuring)\n")
 
 
 def _register_calibrate(subparsers: Any) -> None:
+    from ..cli import file_arg, float_arg, int_arg, out_arg, rates_arg
+    from .calibrate import CalibrationPlan
+
+    full, quick = CalibrationPlan(), CalibrationPlan.quick()
     p = subparsers.add_parser(
         "calibrate",
         help="fit the simulator to real training on the testbed and report its error (needs root)",
         description="Measure 2-worker training over a grid of link rates x configs on the testbed, fit the simulator's "
                     "per-message overhead, latency, link efficiency and compute model, and report the error. "
                     "See docs/calibration.md.",
-        epilog=_CALIBRATE_EPILOG,
+        epilog=_calibrate_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--out", required=True, help="output folder (raw data, CSV, params.json, errors.md, figures)")
-    p.add_argument("--quick", action="store_true", help="smoke run: one rate, three configs, one repetition (< 60 s)")
-    p.add_argument("--reps", type=int, default=None, help="repetitions of every grid point (default 3; 1 with --quick)")
-    p.add_argument("--rates-mbit", default=None, help="comma-separated link rates, Mbit/s (default 100,300,1000,3000,40000)")
-    p.add_argument("--from-raw", metavar="DIR", default=None, help="re-fit from a previous run's raw/ folder instead of measuring")
-    p.add_argument("--starts", type=int, default=3, help="least-squares starts (default 3)")
-    p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the measurement after this many seconds (default 1800)")
+    p.add_argument("--out", required=True, type=out_arg("--out", kind="dir"),
+                   help="output folder (raw data, CSV, params.json, errors.md, figures)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke run: {len(quick.rates_mbit)} rate, {len(quick.configs)} configs, {quick.reps} repetition")
+    p.add_argument("--reps", type=int_arg("--reps", 1, 1000), default=None,
+                   help=f"repetitions of every grid point (default {full.reps}; {quick.reps} with --quick)")
+    p.add_argument("--rates-mbit", type=rates_arg("--rates-mbit"), default=None,
+                   help=f"comma-separated link rates, Mbit/s (default {','.join(f'{r:g}' for r in full.rates_mbit)})")
+    p.add_argument("--from-raw", metavar="DIR", type=file_arg("--from-raw", kind="dir"), default=None,
+                   help="re-fit from a previous run's raw/ folder instead of measuring")
+    p.add_argument("--starts", type=int_arg("--starts", 1, 1000), default=3, help="least-squares starts (default 3)")
+    p.add_argument("--timeout-s", type=float_arg("--timeout-s", unit="seconds"), default=1800.0,
+                   help="stop the measurement after this many seconds (default 1800)")
     p.set_defaults(func=_calibrate)
-
-
-def _cal_fail(msg: str, code: int = 2) -> int:
-    print(f"autobyte calibrate: error: {msg}", file=sys.stderr)
-    return code
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -171,32 +197,30 @@ def _calibrate(args: argparse.Namespace) -> int:
     try:
         plan = CalibrationPlan.quick() if args.quick else CalibrationPlan()
         if args.reps is not None:
-            plan = dataclasses.replace(plan, reps=args.reps)
+            plan = dataclasses.replace(plan, reps=args.reps, passes=min(plan.passes, args.reps))
         if args.rates_mbit is not None:
-            try:
-                rates = tuple(float(r) for r in args.rates_mbit.split(",") if r.strip())
-            except ValueError:
-                return _cal_fail(f"--rates-mbit must be comma-separated numbers, but got --rates-mbit={args.rates_mbit!r}.")
-            plan = dataclasses.replace(plan, rates_mbit=rates)
-        if args.starts < 1:
-            return _cal_fail(f"--starts must be a positive integer, but got --starts={args.starts!r}.")
-        if not args.timeout_s > 0:
-            return _cal_fail(f"--timeout-s must be a positive number of seconds, but got --timeout-s={args.timeout_s!r}.")
+            plan = dataclasses.replace(plan, rates_mbit=args.rates_mbit)
+    except ValueError as exc:
+        return _fail(str(exc))
+    try:
         if args.from_raw is None:
             from ._netns import require_root
 
             require_root()
         run_calibration(plan, args.out, from_raw=args.from_raw, n_starts=args.starts, timeout_s=args.timeout_s)
     except (ValueError, TypeError, FileNotFoundError) as exc:
-        return _cal_fail(str(exc))
+        return _fail(str(exc))
     except (TestbedError, OSError, RuntimeError) as exc:
-        return _cal_fail(str(exc), 1)
+        return _fail(str(exc), 1)
     with open(os.path.join(args.out, "errors.md")) as f:
         print(f.read())
     return 0
 
 
 def _register_collect(subparsers: Any) -> None:
+    from ..bench.collect import COLLECT_RATES_MBIT
+    from ..cli import file_arg, int_arg, out_arg, rates_arg
+
     p = subparsers.add_parser(
         "collect",
         help="real samples for the meta-network on the testbed (needs root); --evaluate: its error before/after fine-tuning",
@@ -204,31 +228,35 @@ def _register_collect(subparsers: Any) -> None:
                     "simulator dataset's format; or, with --evaluate, score the meta-network on held-out real windows "
                     "before and after fine-tuning on the others. See docs/calibration.md.",
         epilog="examples:\n  autobyte collect --out runs/real\n"
-               "  autobyte collect --evaluate runs/real/raw --weights meta.weights.h5 --holdout rep\n",
+               "  autobyte collect --evaluate runs/real/raw --weights meta.weights.npz --holdout rep\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--out", help="output folder (raw/ and data/)")
-    p.add_argument("--rates-mbit", default=None, help="comma-separated link rates, Mbit/s (default 150,500,2000)")
-    p.add_argument("--reps", type=int, default=2, help="repetitions (conditions per rate; default 2)")
-    p.add_argument("--window-iters", type=int, default=10, help="measured iterations per window (default 10)")
-    p.add_argument("--evaluate", nargs="+", metavar="RAW", help="instead of measuring: evaluate the meta-network on these raw/ folders")
-    p.add_argument("--weights", default=None, help="meta-network weights for --evaluate (default: the shipped ones)")
+    p.add_argument("--out", type=out_arg("--out", kind="dir"), help="output folder (raw/ and data/)")
+    p.add_argument("--rates-mbit", type=rates_arg("--rates-mbit"), default=None,
+                   help=f"comma-separated link rates, Mbit/s (default {','.join(f'{r:g}' for r in COLLECT_RATES_MBIT)})")
+    p.add_argument("--reps", type=int_arg("--reps", 1, 1000), default=2, help="repetitions (conditions per rate; default 2)")
+    p.add_argument("--window-iters", type=int_arg("--window-iters", 2, 10_000), default=10,
+                   help="measured iterations per window (default 10)")
+    p.add_argument("--evaluate", nargs="+", metavar="RAW", type=file_arg("--evaluate", kind="dir"),
+                   help="instead of measuring: evaluate the meta-network on these raw/ folders")
+    p.add_argument("--weights", default=None, type=file_arg("--weights"),
+                   help="meta-network weights for --evaluate (default: the shipped ones)")
     p.add_argument("--holdout", default="rep", choices=("rep", "rate"), help="held-out windows for --evaluate (default rep)")
-    p.add_argument("--report", default=None, help="with --evaluate: write the result as JSON here")
+    p.add_argument("--report", default=None, type=out_arg("--report"), help="with --evaluate: write the result as JSON here")
     p.set_defaults(func=_collect)
 
 
 def _collect(args: argparse.Namespace) -> int:
     import json
 
-    def fail(msg: str, code: int = 2) -> int:
-        print(f"autobyte collect: error: {msg}", file=sys.stderr)
-        return code
-
     try:
         if args.evaluate:
-            from ..bench.collect import evaluate_meta
+            from ..bench.collect import evaluate_meta, read_measurement
+            from ..meta._cli import _check_weights
 
+            _check_weights(args.weights)
+            for raw in args.evaluate:  # a bad raw folder is reported before the network loads
+                read_measurement(raw)
             res = evaluate_meta(args.evaluate, weights=args.weights, holdout=args.holdout)
             if args.report:
                 with open(args.report, "w") as f:
@@ -236,38 +264,32 @@ def _collect(args: argparse.Namespace) -> int:
             print(json.dumps(res, indent=1))
             return 0
         if not args.out:
-            return fail("give --out DIR (where to write the samples) or --evaluate RAW.")
+            return _fail("give --out DIR (where to write the samples) or --evaluate RAW.")
+        if args.weights is not None or args.report is not None:
+            return _fail("--weights and --report go with --evaluate RAW, not with --out.")
         from ..bench.collect import COLLECT_RATES_MBIT, collect
         from ._netns import require_root
 
-        rates = COLLECT_RATES_MBIT
-        if args.rates_mbit is not None:
-            try:
-                rates = tuple(float(r) for r in args.rates_mbit.split(",") if r.strip())
-            except ValueError:
-                return fail(f"--rates-mbit must be comma-separated numbers, but got --rates-mbit={args.rates_mbit!r}.")
-        if not rates or any(r <= 0 for r in rates):
-            return fail(f"--rates-mbit must hold positive rates, but got --rates-mbit={args.rates_mbit!r}.")
-        if args.reps < 1:
-            return fail(f"--reps must be a positive integer, but got --reps={args.reps!r}.")
-        if args.window_iters < 2:
-            return fail(f"--window-iters must be an integer >= 2, but got --window-iters={args.window_iters!r}.")
+        rates = COLLECT_RATES_MBIT if args.rates_mbit is None else args.rates_mbit
         require_root()
         collect(args.out, rates_mbit=rates, reps=args.reps, window_iters=args.window_iters)
     except (ValueError, TypeError, FileNotFoundError) as exc:
-        return fail(str(exc))
+        return _fail(str(exc))
     except (TestbedError, OSError, RuntimeError) as exc:
-        return fail(str(exc), 1)
+        return _fail(str(exc), 1)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m autobyte.testbed._cli ...``: the ``launch`` command alone (``calibrate ...`` / ``collect ...``: those commands)."""
-    parser = argparse.ArgumentParser(prog="autobyte")
+    from ..cli import Parser, dispatch, parse, tag_progs
+
+    parser = Parser(prog="autobyte")
     register(parser.add_subparsers(dest="command"))
+    tag_progs(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv if argv[:1] in (["calibrate"], ["collect"]) else ["launch", *argv])
-    return int(args.func(args) or 0)
+    args = parse(parser, argv if argv[:1] in (["calibrate"], ["collect"]) else ["launch", *argv])
+    return args if isinstance(args, int) else dispatch(args)
 
 
 if __name__ == "__main__":

@@ -101,8 +101,29 @@ def _reset_client() -> None:
     _disabled = False
 
 
+#: Longest line a client may send (an iteration number and ``?``); a longer one drops the client.
+MAX_LINE_BYTES = 64
+#: Acknowledgements a client may leave unread before it is dropped.
+MAX_PENDING_BYTES = 64 * 1024
+#: Clients connected at once; more are refused (closed at once).
+MAX_CLIENTS = 64
+
+
 class ControlServer:
-    """Launcher side: accepts clients, reports iterations to a callback."""
+    """Launcher side: accepts clients, reports iterations to a callback; never blocks.
+
+    The socket file is created accessible to its owner only (mode ``0600``,
+    under a ``0077`` umask so that it never exists with wider rights): only
+    the launcher's user can drive the links. Every send is non-blocking with a
+    bounded per-client buffer, so a client that never reads its
+    acknowledgements, sends garbage or endless lines, or opens connection
+    after connection, is dropped instead of stalling the launcher's loop
+    (which enforces ``--timeout-s`` and cleans up).
+
+    Args:
+        path: the socket's filesystem path (replaced if it exists).
+        boundaries: iterations at which the trace does something (sent on connect).
+    """
 
     def __init__(self, path: str, boundaries: list[int]) -> None:
         self.path = path
@@ -111,26 +132,73 @@ class ControlServer:
         except FileNotFoundError:
             pass
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        os.chmod(path, 0o666)
+        old = os.umask(0o177)
+        try:
+            self.sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
         self.sock.listen(64)
         self.sock.setblocking(False)
         self.hello = (json.dumps({"boundaries": boundaries}) + "\n").encode()
-        self.conns: dict[socket.socket, bytes] = {}
+        self.conns: dict[socket.socket, bytes] = {}  # client -> partial line received
+        self.out: dict[socket.socket, bytes] = {}  # client -> bytes not yet sent
+        self.n_dropped = 0
 
     def fileobjs(self) -> list[socket.socket]:
+        """Sockets to wait on for reading."""
         return [self.sock, *self.conns]
 
+    def writers(self) -> list[socket.socket]:
+        """Clients with unsent bytes, to wait on for writing."""
+        return [c for c, b in self.out.items() if b]
+
+    def _drop(self, conn: socket.socket) -> None:
+        self.conns.pop(conn, None)
+        self.out.pop(conn, None)
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+    def _send(self, conn: socket.socket, data: bytes) -> None:
+        buf = self.out.get(conn, b"") + data
+        try:
+            n = conn.send(buf) if buf else 0
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self._drop(conn)
+            return
+        buf = buf[n:]
+        if len(buf) > MAX_PENDING_BYTES:  # it does not read what it asked for
+            self.n_dropped += 1
+            self._drop(conn)
+            return
+        self.out[conn] = buf
+
+    def handle_write(self, fobj: socket.socket) -> None:
+        """Send what is pending to a client that :meth:`writers` listed and select found writable."""
+        if fobj in self.out:
+            self._send(fobj, b"")
+
     def handle(self, fobj: socket.socket, on_iteration: Callable[[int], None]) -> None:
+        """Serve one readable socket: accept a client, or read its lines and acknowledge."""
         if fobj is self.sock:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return
-            conn.setblocking(True)
-            conn.sendall(self.hello)
-            conn.setblocking(False)
-            self.conns[conn] = b""
+            for _n in range(MAX_CLIENTS):  # drain the backlog, boundedly
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:  # BlockingIOError: none left
+                    return
+                conn.setblocking(False)
+                if len(self.conns) >= MAX_CLIENTS:
+                    self.n_dropped += 1
+                    conn.close()
+                    continue
+                self.conns[conn] = b""
+                self._send(conn, self.hello)
+            return
+        if fobj not in self.conns:
             return
         try:
             data = fobj.recv(65536)
@@ -139,11 +207,14 @@ class ControlServer:
         except OSError:
             data = b""
         if not data:
-            self.conns.pop(fobj, None)
-            fobj.close()
+            self._drop(fobj)
             return
         buf = self.conns[fobj] + data
         *lines, rest = buf.split(b"\n")
+        if len(rest) > MAX_LINE_BYTES or any(len(line) > MAX_LINE_BYTES for line in lines):
+            self.n_dropped += 1
+            self._drop(fobj)
+            return
         self.conns[fobj] = rest
         for line in lines:
             text = line.decode("ascii", "replace").strip()
@@ -151,20 +222,18 @@ class ControlServer:
             try:
                 k = int(text.rstrip("?"))
             except ValueError:
+                continue  # garbage: ignored
+            if k < 0:
                 continue
             on_iteration(k)
             if wants_ack:
-                try:
-                    fobj.setblocking(True)
-                    fobj.sendall(f"ok {k}\n".encode())
-                    fobj.setblocking(False)
-                except OSError:
-                    pass
+                self._send(fobj, f"ok {k}\n".encode())
+                if fobj not in self.conns:
+                    return  # dropped: it does not read its acknowledgements
 
     def close(self) -> None:
         for c in list(self.conns):
-            c.close()
-        self.conns.clear()
+            self._drop(c)
         self.sock.close()
         try:
             os.unlink(self.path)

@@ -490,7 +490,11 @@ class _Runner:
             wait = 0.1
             if self.time_events:
                 wait = max(0.0, min(wait, self.time_events[0].at - now))
-            readable, _, _ = select.select(server.fileobjs(), [], [], wait)
+            # the server never blocks (non-blocking sends, bounded buffers), so this
+            # loop always comes back to the timeout and exit checks above
+            readable, writable, _ = select.select(server.fileobjs(), server.writers(), [], wait)
+            for f in writable:
+                server.handle_write(f)
             for f in readable:
                 server.handle(f, self.on_iteration)
 

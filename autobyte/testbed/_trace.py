@@ -193,6 +193,17 @@ class BandwidthTrace:
                 "the first rate change of a trace must be at 0 for every rank (it sets the starting rates), "
                 f"but got at={first.at!r}, ranks={first.ranks!r}."
             )
+        # times must not go back (per clock: iterations and seconds are separate); a
+        # trace file out of order is a mistake to report, not to sort silently
+        last: dict[str, tuple[int, float]] = {}
+        for i, c in enumerate(changes):
+            if c.unit in last and c.at < last[c.unit][1]:
+                j, at = last[c.unit]
+                raise ValueError(
+                    f"rate changes must be in time order, but change {i} (at={c.at:g} {c.unit}) comes after "
+                    f"change {j} (at={at:g} {c.unit})."
+                )
+            last[c.unit] = (i, c.at)
         object.__setattr__(self, "changes", changes)
         object.__setattr__(self, "flows", flows)
 
@@ -205,7 +216,7 @@ class BandwidthTrace:
     @classmethod
     def step(
         cls,
-        rates_mbit: Sequence[float | tuple[float, float]],
+        rates_mbit: Sequence[float | tuple[float, float | None]],
         *,
         every: float,
         unit: str = "it",
@@ -293,12 +304,18 @@ class BandwidthTrace:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "BandwidthTrace":
         """Read a JSON trace file (see :meth:`from_dict`)."""
+        name = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"trace file {os.fspath(path)!r} is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
+            raise ValueError(f"trace file {name!r} is not valid JSON: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"trace file {name!r} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+        try:
+            return cls.from_dict(data)
+        except ValueError as exc:
+            raise ValueError(f"trace file {name!r}: {exc}") from None
 
     @classmethod
     def parse(cls, spec: str) -> "BandwidthTrace":

@@ -532,8 +532,11 @@ def run_calibration(
         measurement = read_measurement(from_raw)
         plan_path = os.path.join(from_raw, "plan.json")
         if os.path.exists(plan_path):
-            with open(plan_path) as f:
-                stored = CalibrationPlan.from_dict(json.load(f))
+            try:
+                with open(plan_path, encoding="utf-8") as f:
+                    stored = CalibrationPlan.from_dict(json.load(f))
+            except (ValueError, TypeError, KeyError) as exc:  # JSON and Unicode errors are ValueErrors
+                raise ValueError(f"plan file {plan_path!r} is unreadable or of another format ({exc}).") from None
             if stored.to_dict() != plan.to_dict():
                 log(f"using the plan stored with the raw data ({plan_path})")
                 plan = stored

@@ -154,7 +154,11 @@ def test_registry():
         make_tuner("foo")
 
 
-def test_register_tuner_custom_and_type_check():
+def test_register_tuner_custom_and_type_check(monkeypatch):
+    from autobyte.core import tuners
+
+    # a private copy of the registry: the names registered here must not leak into later tests
+    monkeypatch.setattr(tuners, "_REGISTRY", dict(tuners._REGISTRY))
     register_tuner("_test_static", StaticTuner)
     assert isinstance(make_tuner("_test_static"), StaticTuner)
     register_tuner("_test_bad", lambda: object())

@@ -27,11 +27,11 @@ def test_simulate_grid_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_simulate_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--model", "nope"]) == 2
-    assert "name must be one of" in capsys.readouterr().err
+    assert "--model must be one of" in capsys.readouterr().err
     assert main(["simulate", "--bandwidth-gbps", "-1"]) == 2
-    assert "gbps must be a positive number, but got gbps=-1.0" in capsys.readouterr().err
+    assert "--bandwidth-gbps must be a positive number of Gbit/s, but got --bandwidth-gbps=-1.0" in capsys.readouterr().err
     assert main(["simulate", "--partition-bytes", "0"]) == 2
-    assert "partition_bytes must be a positive integer" in capsys.readouterr().err
+    assert "--partition-bytes must be a positive integer" in capsys.readouterr().err
 
 
 def test_dataset_generate(tmp_path: "os.PathLike[str]", capsys: pytest.CaptureFixture[str]) -> None:

@@ -225,13 +225,15 @@ def test_cli_reports_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
         return rc, capsys.readouterr().err
 
     rc, err = run("--from-raw", str(tmp_path / "missing"))
+    assert rc == 2 and "autobyte calibrate: error: --from-raw must be an existing folder" in err
+    rc, err = run("--from-raw", str(tmp_path))
     assert rc == 2 and "autobyte calibrate: error: out_dir must hold the ranks' rank0.json" in err
     rc, err = run("--rates-mbit", "fast", "--from-raw", str(tmp_path))
-    assert rc == 2 and "--rates-mbit must be comma-separated numbers, but got --rates-mbit='fast'" in err
+    assert rc == 2 and "--rates-mbit must be comma-separated positive numbers of Mbit/s, but got --rates-mbit='fast'" in err
     rc, err = run("--starts", "0", "--from-raw", str(tmp_path))
-    assert rc == 2 and "--starts must be a positive integer, but got --starts=0" in err
+    assert rc == 2 and "--starts must be an integer in [1, 1000], but got --starts=0" in err
     rc, err = run("--reps", "0", "--from-raw", str(tmp_path))
-    assert rc == 2 and "reps must be a positive integer, but got reps=0" in err
+    assert rc == 2 and "--reps must be an integer in [1, 1000], but got --reps=0" in err
 
 
 # --------------------------------------------------------------------------- real rows for the meta-network

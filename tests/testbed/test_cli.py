@@ -25,7 +25,7 @@ from .conftest import REPO, launch
         (["--trace", "const:10", "--bandwidth-mbit", "5", "--", "true"], "give either trace or bandwidth_mbit, not both."),
         (["--flow", "at=1s,src=0,dst=0,s=1", "--bandwidth-mbit", "5", "--", "true"], "src and dst must be different ranks"),
         (["--flow", "at=1s,src=0,dst=1,s=1", "--", "true"], "--flow needs shaped links"),
-        (["-n", "0", "--", "true"], "n_workers must be an integer in [1, 250], but got n_workers=0."),
+        (["-n", "0", "--", "true"], "--n-workers must be an integer in [1, 250], but got --n-workers=0."),
         (["--up-mbit", "10", "--", "true"], "give both up_mbit and down_mbit"),
         (["--delay-ms", "-1", "--", "true"], "--delay-ms must be >= 0, but got --delay-ms=-1.0."),
         (["--timeout-s", "0", "--", "true"], "--timeout-s must be a positive number of seconds, but got --timeout-s=0.0."),
@@ -54,6 +54,7 @@ def test_python_api_rejects_bad_arguments() -> None:
 _NONROOT = (
     "import os, sys\n"
     "from autobyte.testbed import _cli\n"
+    "import autobyte.cli, autobyte.testbed.calibrate, autobyte.bench.collect  # noqa: F401 (imported before the drop)\n"
     "if os.geteuid() == 0:\n"
     "    os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
     "sys.exit(_cli.main(sys.argv[1:]))\n"

@@ -1,0 +1,271 @@
+"""Every sub-command refuses bad arguments the same way: one line naming the argument, exit 2, no work done.
+
+Calls ``autobyte.cli.main`` in-process: validation must fail before any long
+work (a simulation, a training job, a testbed), so each case takes a fraction
+of a second; a case that started real work would blow the per-case bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autobyte.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Bad inputs on disk: a plain file, a truncated shard, a bad meta.json, bad traces."""
+    from autobyte.sim.dataset import generate
+
+    d = tmp_path_factory.mktemp("cli")
+    plain = d / "plain.txt"
+    plain.write_text("not a folder\n")
+    ds = d / "ds"
+    generate(ds, 8, 3, progress=False, configs_per_condition=2)
+    truncated = d / "truncated"
+    truncated.mkdir()
+    (truncated / "meta.json").write_text((ds / "meta.json").read_text())
+    shard = sorted(ds.glob("shard-*.npz"))[0]
+    (truncated / shard.name).write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    badmeta = d / "badmeta"
+    badmeta.mkdir()
+    (badmeta / "meta.json").write_bytes(b'{"format": "autobyte-sim-dataset", "n_shards": ')
+    notnpz = d / "notdata.npz"
+    notnpz.write_bytes(b"PK\x03\x04 garbage")
+    latin = d / "latin1.json"
+    latin.write_bytes('{"changes": [{"at": 0, "up_mbit": 100}], "note": "d\xe9bit"}'.encode("latin-1"))
+    backwards = d / "backwards.json"
+    backwards.write_text(json.dumps({"changes": [{"at": 0, "up_mbit": 100}, {"at": 20, "up_mbit": 50},
+                                                 {"at": 10, "up_mbit": 200}]}))
+    raw = d / "raw"
+    raw.mkdir()
+    (raw / "rank0.json").write_text('{"segments": [{"rate_mbit": 100')
+    weights = d / "bad.npz"
+    weights.write_bytes(b"PK\x03\x04 truncated")
+    return {"dir": str(d), "plain": str(plain), "truncated": str(truncated), "shard": str(truncated / shard.name),
+            "badmeta": str(badmeta), "notnpz": str(notnpz), "latin": str(latin), "backwards": str(backwards),
+            "weights": str(weights), "raw": str(raw), "missing": str(d / "missing"), "nodir_npz": str(d / "no" / "x.npz")}
+
+
+# (argv, text the one error line must hold); {name} is replaced by files[name]
+CASES: list[tuple[list[str], str]] = [
+    # top level
+    ([], ""),
+    (["nosuch"], "invalid choice: 'nosuch'"),
+    # simulate
+    (["simulate", "--model", "nope"], "--model must be one of"),
+    (["simulate", "--workers", "0"], "--workers must be an integer in [1, 4096], but got --workers=0."),
+    (["simulate", "--workers", "two"], "--workers must be an integer in [1, 4096], but got --workers='two'."),
+    (["simulate", "--arch", "ring"], "argument --arch: invalid choice: 'ring'"),
+    (["simulate", "--bandwidth-gbps", "0"], "--bandwidth-gbps must be a positive number of Gbit/s, but got --bandwidth-gbps=0.0."),
+    (["simulate", "--bandwidth-gbps", "nan"], "--bandwidth-gbps must be a positive number of Gbit/s"),
+    (["simulate", "--partition-bytes", "0"], "--partition-bytes must be a positive integer, but got --partition-bytes=0."),
+    (["simulate", "--partition-bytes", "4MB"], "--partition-bytes must be a positive integer, but got --partition-bytes='4MB'."),
+    (["simulate", "--credit-bytes", "-1"], "--credit-bytes must be a positive integer"),
+    (["simulate", "--iters", "0"], "--iters must be an integer in [1, 100000]"),
+    (["simulate", "--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
+    (["simulate", "--seed", "4294967296"], "--seed must be an integer in [0, 4294967295], but got --seed=4294967296."),
+    (["simulate", "--latency-us", "-1"], "--latency-us must be a number of microseconds >= 0"),
+    (["simulate", "--per-message-us", "inf"], "--per-message-us must be a number of microseconds >= 0"),
+    # dataset
+    (["dataset"], "give an action: autobyte dataset generate"),
+    (["dataset", "generate", "--samples", "8"], "the following arguments are required: --out"),
+    (["dataset", "generate", "--out", "{missing}", "--samples", "0"], "--samples must be a positive integer, but got --samples=0."),
+    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--workers-jobs", "0"], "--workers-jobs must be an integer in [1, 256]"),
+    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--configs-per-condition", "1"],
+     "--configs-per-condition must be an integer >= 2"),
+    (["dataset", "generate", "--out", "{plain}", "--samples", "8"], "--out must be a folder (it exists and is not one)"),
+    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--seed", "x"], "--seed must be an integer in [0, 4294967295]"),
+    # meta-data
+    (["meta-data", "--out", "{dir}/m.npz", "--contexts", "0"], "--contexts must be an integer in [1, 10000000], but got --contexts=0."),
+    (["meta-data", "--out", "{dir}/m.npz", "--candidates", "1"], "--candidates must be an integer in [2, 10000]"),
+    (["meta-data", "--out", "{dir}/m.npz", "--seed", "-3"], "--seed must be an integer in [0, 4294967295]"),
+    (["meta-data", "--out", "{dir}/m.txt"], "--out must be a file name ending in .npz"),
+    (["meta-data", "--out", "{nodir_npz}"], "--out must be a file in an existing folder"),
+    (["meta-data"], "the following arguments are required: --out"),
+    # train-meta
+    (["train-meta", "--data", "{missing}", "--out", "{dir}/n.npz"], "--data must be an existing file or folder"),
+    (["train-meta", "--data", "{truncated}", "--out", "{dir}/n.npz"], "{shard}"),
+    (["train-meta", "--data", "{badmeta}", "--out", "{dir}/n.npz"], "{badmeta}/meta.json"),
+    (["train-meta", "--data", "{notnpz}", "--out", "{dir}/n.npz"], "{notnpz}"),
+    (["train-meta", "--data", "{plain}", "--out", "{dir}/n.npz"], "{plain}"),
+    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.h5"], "--out must be a file name ending in .npz"),
+    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--epochs", "0"], "--epochs must be an integer in [1, 100000]"),
+    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--batch-size", "0"], "--batch-size must be an integer in [1, 1048576]"),
+    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
+    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--report", "{nodir_npz}"], "--report must be a file in an existing folder"),
+    # evaluate
+    (["evaluate", "--only", "nosuch"], "--only must be a comma-separated subset of fig5,fig6,fig7,fig89,steady,shift, but got --only='nosuch'"),
+    (["evaluate", "--only", "fig5,fig77"], "('fig77' unknown)"),
+    (["evaluate", "--only", ","], "--only must be a comma-separated subset"),
+    (["evaluate", "--weights", "{missing}"], "--weights must be an existing file"),
+    (["evaluate", "--weights", "{weights}", "--out", "{dir}/ev"], "--weights='{weights}' is not usable meta-network weights"),
+    (["evaluate", "--out", "{plain}"], "--out must be a folder"),
+    # launch (as root, a valid command would really run: every case here is refused first)
+    (["launch", "-n", "0", "--", "true"], "--n-workers must be an integer in [1, 250], but got --n-workers=0."),
+    (["launch", "--master-port", "0", "--", "true"], "--master-port must be an integer in [1, 65535]"),
+    (["launch", "--ps-port", "70000", "--", "true"], "--ps-port must be an integer in [1, 65535]"),
+    (["launch", "--bandwidth-mbit", "0", "--", "true"], "--bandwidth-mbit must be a positive number of Mbit/s, but got --bandwidth-mbit=0.0."),
+    (["launch", "--bandwidth-mbit", "fast", "--", "true"], "argument --bandwidth-mbit: invalid float value: 'fast'"),
+    (["launch", "--delay-ms", "-1", "--", "true"], "--delay-ms must be >= 0"),
+    (["launch", "--timeout-s", "0", "--", "true"], "--timeout-s must be a positive number of seconds"),
+    (["launch", "--probe-s", "0"], "--probe-s must be in (0, 600] seconds"),
+    (["launch", "--trace", "step:100,fast@2it", "--", "true"], "bad trace 'step:100,fast@2it'"),
+    (["launch", "--trace", "{latin}", "--", "true"], "trace file '{latin}' is not UTF-8 text"),
+    (["launch", "--trace", "{backwards}", "--", "true"], "rate changes must be in time order, but change 2 (at=10 it) comes after change 1 (at=20 it)"),
+    (["launch", "--trace", "{missing}.json", "--", "true"], "{missing}.json"),
+    (["launch", "--flow", "at=1s,src=0,dst=0,s=1", "--bandwidth-mbit", "5", "--", "true"], "src and dst must be different ranks"),
+    (["launch", "--events-log", "{nodir_npz}", "--", "true"], "--events-log must be a file in an existing folder"),
+    (["launch", "--state-dir", "{plain}", "--", "true"], "--state-dir must be a folder"),
+    (["launch"], "no command given"),
+    # calibrate
+    (["calibrate", "--out", "{dir}/c", "--reps", "0"], "--reps must be an integer in [1, 1000], but got --reps=0."),
+    (["calibrate", "--out", "{dir}/c", "--rates-mbit", "fast"], "--rates-mbit must be comma-separated positive numbers of Mbit/s, but got --rates-mbit='fast'."),
+    (["calibrate", "--out", "{dir}/c", "--rates-mbit", "100,0"], "--rates-mbit must be comma-separated positive numbers"),
+    (["calibrate", "--out", "{dir}/c", "--starts", "0"], "--starts must be an integer in [1, 1000]"),
+    (["calibrate", "--out", "{dir}/c", "--timeout-s", "-5"], "--timeout-s must be a positive number of seconds"),
+    (["calibrate", "--out", "{dir}/c", "--from-raw", "{missing}"], "--from-raw must be an existing folder"),
+    (["calibrate", "--out", "{plain}", "--from-raw", "{dir}"], "--out must be a folder"),
+    (["calibrate"], "the following arguments are required: --out"),
+    # collect
+    (["collect", "--out", "{dir}/r", "--reps", "0"], "--reps must be an integer in [1, 1000]"),
+    (["collect", "--out", "{dir}/r", "--window-iters", "1"], "--window-iters must be an integer in [2, 10000]"),
+    (["collect", "--out", "{dir}/r", "--rates-mbit", "-5"], "--rates-mbit must be comma-separated positive numbers"),
+    (["collect", "--evaluate", "{missing}"], "--evaluate must be an existing folder"),
+    (["collect", "--evaluate", "{raw}"], "measurement file '{raw}/rank0.json' is not valid JSON"),
+    (["collect", "--evaluate", "{dir}"], "out_dir must hold the ranks' rank0.json"),
+    (["collect", "--evaluate", "{dir}", "--holdout", "model"], "argument --holdout: invalid choice: 'model'"),
+    (["collect", "--evaluate", "{dir}", "--weights", "{weights}"], "--weights='{weights}' is not usable meta-network weights"),
+    (["collect", "--out", "{dir}/r", "--weights", "{weights}"], "--weights and --report go with --evaluate RAW"),
+    (["collect"], "give --out DIR"),
+    # bench
+    (["bench", "--methods", "ddp,nosuch"], "--methods must be a comma-separated subset of ddp,bytescheduler,bo,autobyte,oracle, but got --methods='ddp,nosuch' ('nosuch' unknown)."),
+    (["bench", "--methods", ""], "--methods must be a comma-separated subset"),
+    (["bench", "--low-mbit", "0"], "--low-mbit must be a number of Mbit/s in (0, 1e+06], but got --low-mbit=0.0."),
+    (["bench", "--high-mbit", "100"], "--high-mbit must be above --low-mbit, but got --low-mbit=200.0, --high-mbit=100.0."),
+    (["bench", "--every", "0"], "--every must be an integer in [1, 1000000]"),
+    (["bench", "--iters", "0"], "--iters must be an integer in [1, 10000000]"),
+    (["bench", "--bo-iters", "0"], "--bo-iters must be an integer in [1, 1000000]"),
+    (["bench", "--grid-iters", "-2"], "--grid-iters must be an integer in [1, 100000]"),
+    (["bench", "--out", "{plain}"], "--out must be a folder"),
+    # demo
+    (["demo", "--tuner", "fastest"], "--tuner must be one of autobyte, bo, grid, static, but got --tuner='fastest'."),
+    (["demo", "--iters", "0"], "--iters must be an integer in [1, 10000000], but got --iters=0."),
+    (["demo", "--every", "0"], "--every must be an integer in [1, 1000000]"),
+    (["demo", "--low-mbit", "-1"], "--low-mbit must be a number of Mbit/s in (0, 1e+06]"),
+    (["demo", "--high-mbit", "10"], "--high-mbit must be above --low-mbit"),
+    (["demo", "--out", "{plain}"], "--out must be a folder"),
+]
+
+
+def _fill(text: str, files: dict[str, str]) -> str:
+    return text.format(**files)
+
+
+@pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(a) or "(none)" for a, _ in CASES])
+def test_bad_argument_is_one_line_and_exit_2(argv: list[str], message: str, files: dict[str, str],
+                                             capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = [_fill(a, files) for a in argv]
+    if argv[:1] == ["launch"]:
+        argv = ["launch", "--state-dir", str(tmp_path), *argv[1:]] if "--state-dir" not in argv else argv
+    t0 = time.monotonic()
+    rc = main(argv)
+    took = time.monotonic() - t0
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, out[-2000:], err[-2000:])
+    assert "Traceback" not in err and "Traceback" not in out
+    if argv:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert lines[0].startswith(f"autobyte {argv[0]}" if argv[0] != "nosuch" else "autobyte: error: "), lines[0]
+        assert ": error: " in lines[0]
+        assert _fill(message, files) in lines[0], lines[0]
+    assert took < 10, f"{argv} took {took:.1f} s: validation must fail before any work"
+    if argv[:1] == ["launch"]:
+        assert not [p for p in tmp_path.iterdir() if p.suffix in (".json", ".sock")]  # no testbed was created
+
+
+def test_every_subcommand_has_a_bad_value_case() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    covered = {argv[0] for argv, _ in CASES if argv}
+    assert set(sub.choices) <= covered, set(sub.choices) - covered  # type: ignore[union-attr]
+
+
+def test_every_option_has_help_text() -> None:
+    def walk(p, path):
+        for a in p._actions:
+            if a.dest in ("help", "version"):
+                continue
+            if a.choices and hasattr(a, "_name_parser_map"):
+                for name, sp in a.choices.items():
+                    yield from walk(sp, path + [name])
+                continue
+            yield path, a
+
+    missing = [f"{' '.join(path)} {'/'.join(a.option_strings) or a.dest}" for path, a in walk(build_parser(), ["autobyte"])
+               if not a.help]
+    assert not missing
+
+
+def test_version() -> None:
+    import autobyte
+
+    r = subprocess.run([sys.executable, "-m", "autobyte.cli", "--version"], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"autobyte {autobyte.__version__}"
+
+
+@pytest.mark.parametrize("argv", [["demo", "--tuner", "fastest"], ["meta-data", "--out", "x.npz", "--contexts", "0"],
+                                  ["bench", "--methods", "ddp,nosuch"], ["evaluate", "--only", "nosuch"]])
+def test_as_a_process_no_traceback(argv: list[str]) -> None:
+    # the reported cases, through the real entry point: one line on stderr, exit 2, nothing on stdout
+    r = subprocess.run([sys.executable, "-m", "autobyte.cli", *argv], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not r.stdout, r.stderr
+
+
+def test_dataset_loaders_name_the_file(files: dict[str, str]) -> None:
+    from autobyte.meta._data import from_sim_dataset
+    from autobyte.sim.dataset import load_dataset
+
+    for load in (load_dataset, from_sim_dataset):
+        with pytest.raises(ValueError, match="truncated or corrupt") as e:
+            load(files["truncated"])
+        assert files["shard"] in str(e.value)
+        with pytest.raises(ValueError, match="is not valid JSON") as e:
+            load(files["badmeta"])
+        assert os.path.join(files["badmeta"], "meta.json") in str(e.value)
+    np.testing.assert_array_less(0, load_dataset(os.path.join(files["dir"], "ds"))["speed"])  # a good one still loads
+
+
+def test_readme_error_example_is_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    example = re.search(r"`(autobyte demo: error: [^`]*)`", (REPO / "README.md").read_text())
+    assert example, "README.md lost its error example"
+    assert main(["demo", "--tuner", "fastest"]) == 2
+    assert capsys.readouterr().err.startswith(example.group(1))
+
+
+def test_calibrate_names_a_bad_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    raw = tmp_path / "raw"
+    shutil.copytree(REPO / "docs" / "figures" / "calib_raw", raw)
+    (raw / "plan.json").write_bytes(b'{"rates_mbit": [100, \xff')
+    t0 = time.monotonic()
+    assert main(["calibrate", "--out", str(tmp_path / "o"), "--from-raw", str(raw)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autobyte calibrate: error: plan file ") and str(raw / "plan.json") in err, err
+    assert len(err.splitlines()) == 1 and time.monotonic() - t0 < 10
