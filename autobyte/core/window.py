@@ -240,6 +240,14 @@ class WindowCoordinator:
     def rank(self) -> int:
         return int(self.collective.rank)
 
+    def counts(self, iteration: int) -> bool:
+        """Whether ``iteration``'s statistics belong in a window (not warm-up after the start or a switch)."""
+        return self.controller.counts(iteration)
+
+    def due(self, n_iters: int) -> bool:
+        """Whether ``n_iters`` counted iterations make a check (the same answer on every rank)."""
+        return self.controller.check_due(n_iters)
+
     def _agree(self, msg: Wire | None) -> Wire:
         if self.collective.world_size > 1 or msg is None:
             vec = encode(msg) if msg is not None else np.zeros(WIRE_LEN, dtype=np.float64)
@@ -270,10 +278,9 @@ class WindowCoordinator:
         from it and a due check takes its window. A decision applies from
         ``apply_at`` (default ``iteration + 1``).
         """
-        ctl = self.controller
-        if not ctl.counts(iteration):
+        if not self.counts(iteration):
             stats.reset()
-        elif ctl.check_due(stats.n_iters):
+        elif self.due(stats.n_iters):
             return self.check(iteration, stats.window(), apply_at=apply_at)
         return WindowOutcome(iteration, False, False, None, self.config, iteration)
 

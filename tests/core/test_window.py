@@ -235,7 +235,8 @@ def test_apply_history_and_state():
     assert coord.apply(5, SPACE[0], "user") is None and coord.history == []
     rec = coord.apply(5, SPACE[1], "user")
     assert rec == DecisionRecord(5, SPACE[0], SPACE[1], "user") and coord.config == SPACE[1]
-    assert not coord.controller.counts(5)  # warm-up after a switch
+    assert not coord.counts(5) and coord.counts(6)  # warm-up after a switch
+    assert coord.due(2) and not coord.due(1)  # a check every half window of 4
     again = WindowCoordinator(_controller(StaticTuner(), world_size=1), LocalCollective())
     again.load_state_dict(coord.state_dict())
     assert again.history == coord.history and again.config == SPACE[1]
