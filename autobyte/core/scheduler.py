@@ -149,41 +149,69 @@ def plan_messages(
 
 
 class CreditQueue:
-    """Credit-based priority release of ready messages.
+    """Credit-based release of ready messages.
 
     The policy of ByteScheduler's core: ready messages wait in a priority
     queue; a message is released while the bytes in flight plus its size fit
     in ``credit_bytes``; a message larger than the whole credit is released
     alone when nothing is in flight (no starvation).
 
+    With ``order`` (fixed-order mode, for collectives, which every rank must
+    issue in one order), messages are released in that order only, under
+    the same credit rule: a ready message waits for every message before it
+    in ``order``.
+
     Args:
         messages: the plan (from :func:`plan_messages`).
         credit_bytes: the window.
+        order: an issue order (a permutation of the message indices, e.g.
+            from :func:`plan_order`), or ``None`` for priority order.
+
+    Raises:
+        ValueError: ``credit_bytes`` out of range, or ``order`` not a
+            permutation of the message indices.
     """
 
-    def __init__(self, messages: Sequence[Message], credit_bytes: int) -> None:
+    def __init__(self, messages: Sequence[Message], credit_bytes: int, order: Sequence[int] | None = None) -> None:
         self.messages = list(messages)
         self.credit_bytes = check_bytes("credit_bytes", credit_bytes)
+        if order is not None and sorted(order) != list(range(len(self.messages))):
+            raise ValueError(f"order must be a permutation of the {len(self.messages)} message indices, but got order={list(order)!r}.")
+        self.order = None if order is None else list(order)
         self._heap: list[tuple[tuple[int, int, int], int]] = []
+        self._ready: set[int] = set()  # fixed-order mode: ready, not yet released
+        self._next = 0  # fixed-order mode: position of the next message to release
         self.in_flight: dict[int, int] = {}
         self.in_flight_bytes = 0
         self.n_done = 0
 
     def mark_ready(self, index: int) -> None:
-        heapq.heappush(self._heap, (self.messages[index].sort_key(), index))
+        if self.order is None:
+            heapq.heappush(self._heap, (self.messages[index].sort_key(), index))
+        else:
+            self._ready.add(index)
+
+    def _fits(self, index: int) -> bool:
+        return not self.in_flight or self.in_flight_bytes + self.messages[index].nbytes <= self.credit_bytes
+
+    def _start(self, index: int, out: list[int]) -> None:
+        nbytes = self.messages[index].nbytes
+        self.in_flight[index] = nbytes
+        self.in_flight_bytes += nbytes
+        out.append(index)
 
     def release(self) -> list[int]:
-        """Pop every message the credit allows now, highest priority first."""
+        """Pop every message the credit allows now (highest priority first, or in ``order``)."""
         out: list[int] = []
-        while self._heap:
-            idx = self._heap[0][1]
-            nbytes = self.messages[idx].nbytes
-            if self.in_flight and self.in_flight_bytes + nbytes > self.credit_bytes:
-                break
-            heapq.heappop(self._heap)
-            self.in_flight[idx] = nbytes
-            self.in_flight_bytes += nbytes
-            out.append(idx)
+        if self.order is not None:
+            while self._next < len(self.order) and self.order[self._next] in self._ready and self._fits(self.order[self._next]):
+                idx = self.order[self._next]
+                self._ready.discard(idx)
+                self._next += 1
+                self._start(idx, out)
+            return out
+        while self._heap and self._fits(self._heap[0][1]):
+            self._start(heapq.heappop(self._heap)[1], out)
         return out
 
     def mark_done(self, index: int) -> None:
@@ -192,7 +220,7 @@ class CreditQueue:
 
     @property
     def n_waiting(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._ready)
 
     @property
     def finished(self) -> bool:

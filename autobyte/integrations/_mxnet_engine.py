@@ -233,11 +233,8 @@ class _GluonEngine:
         assert layout is not None and self.stats is not None and self.scheduler is not None
         stats = self.stats
         flat = [[g.reshape((-1,)) for g in p.list_grad()] for p in self._params]
-        credit = self.config.credit_bytes
-        queue = CreditQueue(layout.messages, credit)
-        order = self._issue_order(layout) if self.fixed_order else []
-        ready: set[int] = set()
-        next_pos = 0
+        # Collectives: one agreed order on every rank; a parameter server: the live priority policy.
+        queue = CreditQueue(layout.messages, self.config.credit_bytes, self._issue_order(layout) if self.fixed_order else None)
         in_flight: deque[tuple[int, list[Any], float]] = deque()
         self.last_messages = []
 
@@ -257,32 +254,13 @@ class _GluonEngine:
                 self._issue(layout, i, bufs)
                 in_flight.append((i, bufs, time.perf_counter()))
 
-        def release() -> list[int]:
-            nonlocal next_pos
-            if not self.fixed_order:
-                return queue.release()
-            # Collectives: the agreed order, under the same credit rule as CreditQueue.
-            out: list[int] = []
-            while next_pos < len(order) and order[next_pos] in ready:
-                i = order[next_pos]
-                if queue.in_flight and queue.in_flight_bytes + layout.messages[i].nbytes > credit:
-                    break
-                queue.in_flight[i] = layout.messages[i].nbytes
-                queue.in_flight_bytes += layout.messages[i].nbytes
-                out.append(i)
-                next_pos += 1
-            return out
-
         for t in self._ready_order():
             for g in flat[t]:
                 g.wait_to_read()
             stats.grad_ready(t, time.perf_counter())
             for i in layout.completes[t]:
-                if self.fixed_order:
-                    ready.add(i)
-                else:
-                    queue.mark_ready(i)
-            issue(release())
+                queue.mark_ready(i)
+            issue(queue.release())
         while in_flight:
             i, bufs, t0 = in_flight.popleft()
             for b in bufs:
@@ -292,7 +270,7 @@ class _GluonEngine:
             stats.message_done(nbytes, t0, t1)
             self.last_messages.append((layout.keys[i] if layout.keys else i, nbytes, t1 - t0))
             queue.mark_done(i)
-            issue(release())
+            issue(queue.release())
         if not queue.finished:
             raise RuntimeError(f"only {queue.n_done} of {len(layout.messages)} messages were sent; this is a bug in autobyte.")
         for i, bufs in layout.fused.items():

@@ -74,6 +74,28 @@ def test_credit_queue_priority_and_window():
     assert q.in_flight_bytes == 2000
 
 
+def test_credit_queue_fixed_order_mode():
+    msgs = plan_messages(tensors_from_sizes([250, 250, 250, 250]), 1000)  # 4 messages of 1000 B
+    order = [m.index for m in reversed(msgs)]
+    q = CreditQueue(msgs, 2000, order=order)
+    q.mark_ready(order[1])
+    assert q.release() == [] and q.n_waiting == 1  # ready, but its turn has not come
+    q.mark_ready(order[0])
+    assert q.release() == [order[0], order[1]]
+    q.mark_ready(order[3])
+    q.mark_ready(order[2])
+    assert q.release() == []  # credit full (2000 B in flight); no jumping ahead by priority
+    q.mark_done(order[0])
+    assert q.release() == [order[2]]
+    q.mark_done(order[1])
+    q.mark_done(order[2])
+    assert q.release() == [order[3]]
+    q.mark_done(order[3])
+    assert q.finished and q.n_waiting == 0
+    with pytest.raises(ValueError, match="order must be a permutation of the 4 message indices"):
+        CreditQueue(msgs, 2000, order=[0, 1, 1, 2])
+
+
 def test_lone_message_larger_than_credit_runs_alone():
     msgs = plan_messages(tensors_from_sizes([1000, 1000]), 4000)
     big = max(msgs, key=lambda m: m.nbytes)
