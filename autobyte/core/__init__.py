@@ -6,7 +6,17 @@ Nothing in this package imports a deep-learning framework.
 from __future__ import annotations
 
 from .metrics import ARCHITECTURES, RuntimeFeatures, StatsCollector, WindowStats
-from .scheduler import CreditQueue, Message, Scheduler, Segment, TensorSpec, plan_messages, plan_order, tensors_from_sizes
+from .scheduler import (
+    CreditQueue,
+    Message,
+    Scheduler,
+    Segment,
+    TensorSpec,
+    estimated_order,
+    plan_messages,
+    plan_order,
+    tensors_from_sizes,
+)
 from .space import (
     BYTEPS_DEFAULT,
     BYTESCHEDULER_DEFAULT,
@@ -27,5 +37,5 @@ __all__ = [
     "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Collective", "Config", "CreditQueue", "DDP_DEFAULT",
     "DecisionRecord", "GiB", "KiB", "LocalCollective", "MAX_BYTES", "Message", "MiB", "P3_DEFAULT", "RuntimeFeatures",
     "Scheduler", "SearchSpace", "Segment", "StatsCollector", "TensorSpec", "UNLIMITED", "WindowCoordinator",
-    "WindowOutcome", "WindowStats", "check_bytes", "plan_messages", "plan_order", "tensors_from_sizes",
+    "WindowOutcome", "WindowStats", "check_bytes", "estimated_order", "plan_messages", "plan_order", "tensors_from_sizes",
 ]

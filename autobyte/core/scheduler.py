@@ -269,6 +269,43 @@ def plan_order(
     return order
 
 
+def estimated_order(
+    messages: Sequence[Message],
+    credit_bytes: int,
+    layer_backward_s: Sequence[float],
+    bandwidth_Bps: float,
+    ready_order: Sequence[int] | None = None,
+) -> list[int]:
+    """The issue order from measured timing: :func:`plan_order` with ready times from the statistics.
+
+    ``layer_backward_s[t]`` is the measured backward time of tensor ``t``
+    (:attr:`~autobyte.core.metrics.WindowStats.layer_backward_s`: the time from
+    the previous gradient becoming ready); tensors become ready in
+    ``ready_order`` (default: last tensor first, backward order), so tensor
+    ``t`` is ready at the sum of the times up to it. A message is ready with
+    its last tensor and takes ``nbytes / bandwidth_Bps`` on the link. The
+    result depends on these numbers only: ranks that agree on them (gathered
+    statistics) compute one order.
+
+    Raises:
+        ValueError: ``layer_backward_s`` does not hold one time per tensor, or
+            ``bandwidth_Bps`` is not positive.
+    """
+    n = len(layer_backward_s)
+    if not bandwidth_Bps > 0:
+        raise ValueError(f"bandwidth_Bps must be positive, but got bandwidth_Bps={bandwidth_Bps!r}.")
+    tensors = {s.tensor for m in messages for s in m.segments}
+    if tensors and (min(tensors) < 0 or max(tensors) >= n):
+        raise ValueError(f"layer_backward_s must hold one time per tensor of the plan ({max(tensors) + 1}), but got {n}.")
+    ready_at: dict[int, float] = {}
+    t = 0.0
+    for ti in (range(n - 1, -1, -1) if ready_order is None else ready_order):
+        t += float(layer_backward_s[ti])
+        ready_at[ti] = t
+    return plan_order(messages, credit_bytes, lambda m: max(ready_at[s.tensor] for s in m.segments),
+                      lambda m: m.nbytes / bandwidth_Bps)
+
+
 @dataclass
 class _Pending:
     config: Config

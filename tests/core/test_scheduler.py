@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from autobyte.core import CreditQueue, Scheduler, TensorSpec, plan_messages, plan_order, tensors_from_sizes
+from autobyte.core import CreditQueue, Scheduler, TensorSpec, estimated_order, plan_messages, plan_order, tensors_from_sizes
 from autobyte.core.space import Config
 
 
@@ -133,3 +133,20 @@ def test_scheduler_reconfigure_at_boundary():
         s.reconfigure(1000, 1000, at_iteration=3)
     with pytest.raises(ValueError, match="partition_bytes must be a positive integer"):
         s.reconfigure(0, 1000)
+
+
+def test_estimated_order_from_measured_backward_times():
+    tensors = tensors_from_sizes([250] * 6)
+    msgs = plan_messages(tensors, 1000)  # one message per tensor
+    times = [1.0] * 6
+    # idle link: backward order (last tensor first)
+    assert estimated_order(msgs, 1000, times, 1e9) == plan_order(msgs, 1000, lambda m: float(6 - m.tensors[0]), lambda m: 1e-6)
+    # congested link: the front layers jump ahead of those still waiting, as the live policy does
+    slow = estimated_order(msgs, 1000, [0.01] * 6, 1000.0)
+    assert slow == plan_order(msgs, 1000, lambda m: 0.01 * (6 - m.tensors[0]), lambda m: 1.0)
+    by_tensor = {m.tensors[0]: m.index for m in msgs}
+    assert slow[0] == by_tensor[5] and slow[1] == by_tensor[0]  # first ready goes; then the front layer
+    with pytest.raises(ValueError, match="bandwidth_Bps must be positive"):
+        estimated_order(msgs, 1000, times, 0.0)
+    with pytest.raises(ValueError, match="one time per tensor of the plan .6., but got 5"):
+        estimated_order(msgs, 1000, times[:5], 1e9)
