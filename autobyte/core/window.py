@@ -257,18 +257,20 @@ class WindowCoordinator:
     def start(self, iteration: int, engine_config: Config | None = None) -> WindowOutcome:
         """Every rank, once before training: rank 0's starting configuration holds everywhere.
 
-        ``engine_config`` is the configuration the engine was built with
-        (default: the controller's initial one); a tuner that chose another
-        start (a random first probe) makes a decision applying at ``iteration``.
+        ``engine_config`` is the configuration this rank's engine was built
+        with (default: the controller's initial one). Rank 0 sends the
+        configuration its tuner chose to start with (a random first probe, or
+        the initial one); a rank whose engine holds another gets a decision
+        applying at ``iteration``.
         """
         ctl = self.controller
         before = ctl.initial if engine_config is None else engine_config
-        mine = Wire(FLAG_DECISION if ctl.current != before else 0, ctl.current, iteration, reason="tuner start")
-        msg = self._agree(mine if self.rank == 0 else Wire(0, before, iteration))
+        mine = None
+        if self.rank == 0:
+            mine = Wire(0, ctl.current, iteration, reason="tuner start" if ctl.current != before else "rank 0's configuration")
+        msg = self._agree(mine)
         ctl.current = before
-        record = None
-        if msg.flags & FLAG_DECISION and msg.config != before:
-            record = self.apply(msg.at_iteration, msg.config, msg.reason)
+        record = self.apply(msg.at_iteration, msg.config, msg.reason)
         return WindowOutcome(iteration, False, False, record, self.config, iteration)
 
     def end_iteration(self, iteration: int, stats: StatsCollector, *, apply_at: int | None = None) -> WindowOutcome:

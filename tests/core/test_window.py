@@ -180,6 +180,17 @@ def test_rank_0_keeping_its_start_overrules_a_rank_that_would_move():
     assert _run_ranks(2, body) == [SPACE[0], SPACE[0]]
 
 
+def test_a_rank_built_with_another_config_starts_from_rank_0s():
+    def body(rank: int, coll: ThreadCollective) -> tuple[Any, Config]:
+        coord = WindowCoordinator(_controller(Flip()), coll)
+        out = coord.start(0, SPACE[0] if rank == 0 else SPACE[1])
+        return out.decision, coord.config
+
+    (d0, cfg0), (d1, cfg1) = _run_ranks(2, body)
+    assert cfg0 == cfg1 == SPACE[0]
+    assert d0 is None and d1 == DecisionRecord(0, SPACE[1], SPACE[0], "rank 0's configuration")
+
+
 def test_checks_are_one_gather_and_one_fixed_length_broadcast():
     def body(rank: int, coll: ThreadCollective) -> list[str]:
         coord = WindowCoordinator(_controller(StaticTuner()), coll)
