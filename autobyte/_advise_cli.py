@@ -65,6 +65,11 @@ def _floats(name: str, text: str) -> list[float]:
 def _load_module(spec: str, shape_text: str | None, high: int | None) -> tuple[Any, Any]:
     if ":" not in spec or not all(spec.partition(":")[::2]):
         raise ValueError(f"--module must be PKG.MOD:FACTORY (a callable returning a torch.nn.Module), but got --module={spec!r}.")
+    modname, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(modname), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--module must name an importable factory, but got --module={spec!r} ({type(exc).__name__}: {exc}).") from None
     if shape_text is None:
         raise ValueError("--input-shape must be given with --module (e.g. 32,3,224,224), but got --input-shape=None.")
     try:
@@ -75,11 +80,6 @@ def _load_module(spec: str, shape_text: str | None, high: int | None) -> tuple[A
         raise ValueError(f"--input-shape must be comma-separated positive integers, but got --input-shape={shape_text!r}.")
     if high is not None and high <= 0:
         raise ValueError(f"--input-int must be a positive integer, but got --input-int={high!r}.")
-    modname, _, attr = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(modname), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--module must name an importable factory, but got --module={spec!r} ({type(exc).__name__}: {exc}).") from None
     try:
         module = factory()
     except Exception as exc:  # noqa: BLE001 - the user's factory failed: report it as such
@@ -116,10 +116,10 @@ def _advise(args: argparse.Namespace) -> int:
         kw: dict[str, Any] = {}
         if args.caps is not None:
             kw["bucket_caps_mb"] = _floats("--caps", args.caps)
+        if args.sensitivity is not None:
+            kw["sensitivity"] = _floats("--sensitivity", args.sensitivity)
         if args.no_sensitivity:
             kw["sensitivity"] = False
-        elif args.sensitivity is not None:
-            kw["sensitivity"] = _floats("--sensitivity", args.sensitivity)
         if args.module is not None:
             model, x = _load_module(args.module, args.input_shape, args.input_int)
         else:
