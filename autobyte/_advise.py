@@ -277,10 +277,22 @@ def _profile_torch(torch: Any, module: Any, example_input: Any, n_runs: int, los
     except Exception as exc:  # noqa: BLE001 - the user's forward/backward failed: say so, with its error
         raise ValueError(f"cannot profile the model: running it on example_input failed with "
                          f"{type(exc).__name__}: {exc}") from exc
-    # the optimizer step DDP runs after the all-reduce: SGD with momentum over every parameter, lr=0 so
-    # that the user's parameters do not change
+    # profile_module times the modules that own parameters; the rest of a training step (activations,
+    # pooling, the loss) shows in a plain forward + backward without hooks: scale the profile to it
     import time
 
+    plain = []
+    for _ in range(max(2, n_runs)):
+        module.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        out = module(*example_input) if isinstance(example_input, (tuple, list)) else module(example_input)
+        loss = loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out).float().sum()
+        loss.backward()
+        plain.append(time.perf_counter() - t0)
+    module.zero_grad(set_to_none=True)
+    prof = fit_compute_total(prof, float(np.median(plain)))
+    # the optimizer step DDP runs after the all-reduce: SGD with momentum over every parameter, lr=0 so
+    # that the user's parameters do not change
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=0.0, momentum=0.9)
     times = []
@@ -296,6 +308,22 @@ def _profile_torch(torch: Any, module: Any, example_input: Any, n_runs: int, los
             p.grad = None
     times = times[1:]  # the first step allocates the momentum buffers
     return prof, float(np.median(times))
+
+
+def fit_compute_total(prof: ModelProfile, total_s: float) -> ModelProfile:
+    """``prof`` with forward + backward summing to ``total_s``: time missing from the profile (layers
+    without parameters, the loss) goes to the forward times in proportion; a profile longer than
+    ``total_s`` (hook overhead) is scaled down."""
+    fwd, bwd = prof.forward_s.copy(), prof.backward_s.copy()
+    have = float(fwd.sum() + bwd.sum())
+    if total_s <= 0 or have <= 0:
+        return prof
+    missing = total_s - have
+    if missing > 0:
+        fwd = fwd * (1.0 + missing / fwd.sum()) if fwd.sum() > 0 else fwd + missing / fwd.size
+    else:
+        fwd, bwd = fwd * (total_s / have), bwd * (total_s / have)
+    return ModelProfile(prof.name, prof.layer_bytes, fwd, bwd, prof.batch_size, device=prof.device, layer_names=prof.layer_names)
 
 
 def advise(
