@@ -282,7 +282,7 @@ def _profile_torch(torch: Any, module: Any, example_input: Any, n_runs: int, los
     import time
 
     plain = []
-    for _ in range(max(2, n_runs)):
+    for _ in range(n_runs):
         module.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         out = module(*example_input) if isinstance(example_input, (tuple, list)) else module(example_input)
@@ -473,12 +473,12 @@ def advise(
                                 float(r.iter_time_s.mean()), r.samples_per_s)
         else:
             best_p = default_p
-        if best_cap is not None:  # the advised size with DDP's 1 MiB first bucket (bucket_cap_mb_list=[1, X])
+        if best_cap is not None and best_cap > 1:  # the advised size with a 1 MiB first bucket (bucket_cap_mb_list=[1, X])
             rf = _ddp_predict(prof, cluster, best_cap, step_s, first=1.0)
             first_p = Prediction(f"DDP bucket_cap_mb_list=[1, {_fmt_mb(best_cap)}]", float(rf.iter_time_s.mean()), rf.samples_per_s)
             if first_p.samples_per_s > best_p.samples_per_s * (1 + TIE_TOLERANCE):
                 first_mb = 1.0
-        else:  # the default with its first bucket as large as the others (what bucket_cap_mb=25 does)
+        elif best_cap is None:  # the default with its first bucket as large as the others (what bucket_cap_mb=25 does)
             rf = _ddp_predict(prof, cluster, DEFAULT_BUCKET_CAP_MB, step_s)
             first_p = Prediction("DDP bucket_cap_mb=25 (25 MiB first)", float(rf.iter_time_s.mean()), rf.samples_per_s)
     else:

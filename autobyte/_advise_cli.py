@@ -25,6 +25,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--input-shape", default=None, metavar="B,C,...", help="with --module: shape of one float input batch")
     p.add_argument("--input-int", type=int, default=None, metavar="HIGH",
                    help="with --module: integer inputs in [0, HIGH) (token ids) instead of floats")
+    p.add_argument("--profile-runs", type=int, default=3, help="with --module: measured runs (default: 3)")
     p.add_argument("--workers", type=int, default=8, help="data-parallel workers (default: 8)")
     bw = p.add_mutually_exclusive_group()
     bw.add_argument("--bandwidth-gbps", type=float, default=None, help="link per worker, Gbit/s (default: 10)")
@@ -107,6 +108,8 @@ def _advise(args: argparse.Namespace) -> int:
         for flag, v in (("--latency-us", args.latency_us), ("--per-message-us", args.per_message_us)):
             if v is not None and (not math.isfinite(v) or v < 0):
                 raise ValueError(f"{flag} must be a non-negative number, but got {flag}={v!r}.")
+        if args.profile_runs < 1:
+            raise ValueError(f"--profile-runs must be a positive integer, but got --profile-runs={args.profile_runs!r}.")
         if args.batch_size is not None and args.batch_size < 1:
             raise ValueError(f"--batch-size must be a positive integer, but got --batch-size={args.batch_size!r}.")
         if not math.isfinite(args.compute_scale) or args.compute_scale <= 0:
@@ -129,7 +132,7 @@ def _advise(args: argparse.Namespace) -> int:
             compute_scale=args.compute_scale, calibration=args.calibration,
             latency_s=None if args.latency_us is None else args.latency_us * 1e-6,
             per_message_s=None if args.per_message_us is None else args.per_message_us * 1e-6,
-            engine=not args.no_engine, **kw,
+            engine=not args.no_engine, profile_runs=args.profile_runs, **kw,
         )
     except (ValueError, TypeError, OSError) as exc:
         return _fail(str(exc))

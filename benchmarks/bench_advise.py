@@ -63,6 +63,37 @@ def make_model(name: str) -> Any:
     raise ValueError(f"model must be one of {sorted(MODELS)}, but got model={name!r}.")
 
 
+def resnet50(n_classes: int = 1000) -> Any:
+    """ResNet-50 (torchvision's layout, 25,557,032 parameters) without torchvision and without weights:
+    ``autobyte advise --module bench_advise:resnet50 --input-shape 2,3,224,224`` (PYTHONPATH=benchmarks)."""
+    import torch
+
+    nn = torch.nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin: int, width: int, stride: int) -> None:
+            super().__init__()
+            cout = 4 * width
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                         if stride != 1 or cin != cout else None)
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+    layers: list[Any] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if b == 0 else 1))
+            cin = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, n_classes)]
+    return nn.Sequential(*layers)
+
+
 # --------------------------------------------------------------------------- rank side
 def _rank(spec_path: str, out_path: str) -> None:
     import torch
@@ -159,7 +190,7 @@ def _load() -> tuple[float, float, float]:
 
 
 def measure(out_dir: str, *, models: list[str], rates: list[float], rounds: int, iters: int, profile_runs: int,
-            timeout_s: float) -> None:
+            timeout_s: float, seed: int = 0) -> None:
     from autobyte.testbed import Testbed
 
     os.makedirs(out_dir, exist_ok=True)
@@ -170,7 +201,7 @@ def measure(out_dir: str, *, models: list[str], rates: list[float], rounds: int,
         for rate in rates:
             tag = f"{model}-{int(rate)}mbit"
             spec = {"model": model, "batch_size": MODELS[model]["batch_size"], "caps_mb": list(BUCKET_CAPS_MB),
-                    "rounds": rounds, "iters": iters, "profile_runs": profile_runs, "seed": 0, "rate_mbit": rate}
+                    "rounds": rounds, "iters": iters, "profile_runs": profile_runs, "seed": seed, "rate_mbit": rate}
             spec_path = os.path.join(out_dir, f"{tag}.spec.json")
             res_path = os.path.join(out_dir, f"{tag}.json")
             with open(spec_path, "w") as f:
@@ -214,17 +245,42 @@ def case_advice(res: dict[str, Any], calibration: str) -> Any:
                   bucket_caps_mb=caps, sensitivity=False, engine=False)
 
 
-def testbed_report(raw: str, *, out: str | None = None, calibration: str | None = None) -> str:
-    """The 6-case table: advised vs best measured vs DDP's default (markdown), written to ``RAW/testbed.md``."""
+def _merge_passes(paths: list[str]) -> dict[str, Any] | None:
+    """One case from one or more passes: the first pass's profile (the advice), every pass's iterations."""
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            r = json.load(f)
+        if "rate_mbit" in r:  # else: a launch still running
+            runs.append(r)
+    if not runs:
+        return None
+    res = dict(runs[0])
+    for r in runs[1:]:
+        if r["caps_mb"] != res["caps_mb"] or r["rebuilt_bucket_sizes"] != res["rebuilt_bucket_sizes"]:
+            raise ValueError(f"passes of {paths[0]} measured different bucket sizes or got different buckets")
+    res["iter_s"] = [sum((r["iter_s"][k] for r in runs), []) for k in range(len(res["caps_mb"]))]
+    res["load_before"] = [min(r["load_before"][0] for r in runs)]
+    res["load_after"] = [max(max(r["load_before"][0], r["load_after"][0]) for r in runs)]
+    res["n_passes"] = len(runs)
+    return res
+
+
+def testbed_report(raws: list[str], *, out: str | None = None, calibration: str | None = None) -> str:
+    """The 6-case table: advised vs best measured vs DDP's default (markdown), written to ``RAWS[0]/testbed.md``.
+
+    With several raw directories (passes), each case pools every pass's iterations; the advice comes
+    from the first pass's profile."""
     import glob
 
+    raw = raws[0]
     calibration = calibration or os.path.join(os.path.dirname(os.path.abspath(raw.rstrip("/"))), "calib_params.json")
     rows = []
     summary = []
     for path in sorted(glob.glob(os.path.join(raw, "*mbit.json")), key=lambda p: (p.split("/")[-1].split("-")[0], float(p.split("-")[-1][:-9]))):
-        with open(path) as f:
-            res = json.load(f)
-        if "rate_mbit" not in res:  # a launch still running
+        res = _merge_passes([path] + [os.path.join(r, os.path.basename(path)) for r in raws[1:]
+                                      if os.path.exists(os.path.join(r, os.path.basename(path)))])
+        if res is None:
             continue
         bs2 = 2 * res["batch_size"]
         layout = {str(c): tuple(b) for c, b in zip(res["caps_mb"], res["rebuilt_bucket_sizes"])}
@@ -253,14 +309,14 @@ def testbed_report(raw: str, *, out: str | None = None, calibration: str | None 
             f"{name(best)} ({len(layout[best])} b.) | {sps[best]:.1f} | **{ratio:.3f}** | {sps['None']:.1f} | "
             f"{sps[advised] / sps['None']:.3f}x | {sps[advised] / sps['25']:.3f}x | {sps[advised] / min(sps.values()):.3f}x | "
             f"{pred[pk] / pred['default']:.3f}x | {pred[pk]:.1f} | "
-            f"{spread * 100:.0f}% | {res['load_before'][0]:.1f}-{res['load_after'][0]:.1f} |"
+            f"{spread * 100:.0f}% | {res['load_before'][0]:.1f}-{res['load_after'][0]:.1f} | {res.get('n_passes', 1)} |"
         )
         summary.append(ratio >= 0.95)
     head = (
         "| model | Mbit/s | advised `bucket_cap_mb` (buckets) | its samples/s | best measured | best samples/s | advised / best | "
         "default samples/s | advised / default (measured) | advised / `bucket_cap_mb=25` | advised / worst | "
         "advised / default (predicted) | predicted samples/s | "
-        "spread, same buckets | load (1 min) |\n|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "spread, same buckets | load (1 min) | passes |\n|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
     )
     text = head + "\n" + "\n".join(rows) + f"\n\nadvised within 5% of the best measured: {sum(summary)} of {len(summary)} cases\n"
     with open(out or os.path.join(raw, "testbed.md"), "w") as f:
@@ -320,8 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--iters", type=int, default=3)
     m.add_argument("--profile-runs", type=int, default=5)
     m.add_argument("--timeout-s", type=float, default=900)
+    m.add_argument("--seed", type=int, default=0, help="seed of the round orders (use another one for a second pass)")
     rep = sub.add_parser("report", help="advice vs the measured sweep (no root)")
-    rep.add_argument("--raw", default="docs/figures/advise")
+    rep.add_argument("--raw", action="append", default=None,
+                     help="raw directory of a pass (repeat to pool passes; default: docs/figures/advise)")
     rep.add_argument("--out", default=None, help="write the table here (default: RAW/testbed.md)")
     rep.add_argument("--calibration", default=None, help="calib_params.json (default: docs/figures/calib_params.json)")
     z = sub.add_parser("zoo", help="the same check on the simulator over the model zoo")
@@ -332,12 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.cmd == "measure":
         measure(a.out, models=a.models.split(","), rates=[float(x) for x in a.rates.split(",")], rounds=a.rounds,
-                iters=a.iters, profile_runs=a.profile_runs, timeout_s=a.timeout_s)
+                iters=a.iters, profile_runs=a.profile_runs, timeout_s=a.timeout_s, seed=a.seed)
         return 0
     if a.cmd == "zoo":
         print(zoo_report(a.out))
         return 0
-    print(testbed_report(a.raw, out=a.out, calibration=a.calibration))
+    print(testbed_report(a.raw or ["docs/figures/advise"], out=a.out, calibration=a.calibration))
     return 0
 
 

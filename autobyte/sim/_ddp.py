@@ -215,7 +215,7 @@ def simulate_ddp(
         raise ValueError(f"step_s must be a finite non-negative number of seconds, but got step_s={step_s!r}.")
     first_b, cap_b = bucket_limits(bucket_cap_mb, first_bucket_mb)
     n, L = cluster.n_workers, model.n_layers
-    buckets = ddp_buckets(model.layer_bytes, cap_b, first_b)
+    buckets = ddp_buckets(model.layer_bytes.tolist(), cap_b, first_b)
     nbytes = np.array([float(model.layer_bytes[b].sum()) for b in buckets])
     msgs = [Message(k, tuple(Segment(int(l), 0, int(model.layer_bytes[l]) // 4) for l in b), int(nbytes[k]), k, 0, "float32")
             for k, b in enumerate(buckets)]
