@@ -235,3 +235,12 @@ def test_cli_errors_are_one_line_with_exit_2(args, match):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autobyte advise: error: "), r.stderr
     assert match in lines[0]
+
+
+def test_public_names():
+    from autobyte import Advice, advise
+
+    assert advise is autobyte.advise and isinstance(autobyte.advise("alexnet", n_workers=2, bandwidth_gbps=1, sensitivity=False,
+                                                                    engine=False), Advice)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        autobyte.nope  # noqa: B018
