@@ -28,6 +28,8 @@ DEFAULT_BUCKET_CAPS_MB: tuple[float, ...] = (1, 2, 4, 8, 16, 25, 32, 64, 128, 25
 SENSITIVITY_FACTORS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)
 #: A candidate this close to the best (relative samples/s) counts as equally good.
 TIE_TOLERANCE = 0.01
+#: Sizes predicted this close to the best are equal; the advice takes the one with the fewest buckets.
+EQUAL_TOLERANCE = 0.002
 _N_ITERS = 3
 
 
@@ -213,7 +215,12 @@ def _best_ddp(model: ModelProfile, cluster: Cluster, caps: Sequence[float], step
     speeds = np.array([r.samples_per_s for _, r in res])
     best = int(np.argmax(speeds))
     if speeds[0] >= speeds[best] * (1 - TIE_TOLERANCE):  # the default is as good: nothing to change
-        best = 0
+        return res, 0
+    # Sizes predicted equally fast (within EQUAL_TOLERANCE): the one with the fewest buckets. Each bucket
+    # costs CPU (copies, a collective's set-up) that the simulator charges to the link only, not to the
+    # compute it runs beside, so among equals fewer buckets is the safer choice.
+    equal = [i for i in range(1, len(res)) if speeds[i] >= speeds[best] * (1 - EQUAL_TOLERANCE)]
+    best = min(equal, key=lambda i: (res[i][1].n_buckets, -speeds[i]))
     return res, best
 
 
