@@ -244,3 +244,18 @@ def test_public_names():
                                                                     engine=False), Advice)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         autobyte.nope  # noqa: B018
+
+
+def test_among_equal_predictions_the_fewest_buckets():
+    from autobyte.sim import ModelProfile
+
+    mib = 1 << 20
+    # the first layer's 8 MiB bucket goes last whatever the size; the 1 MiB layers' buckets all hide
+    # behind a long backward, so 1 MiB (7 buckets) and 2 MiB (4 buckets) are predicted equal
+    lb = np.array([8 * mib] + [mib] * 6)
+    m = ModelProfile("toy", lb, np.full(7, 0.01), np.full(7, 0.05), 16, device="test")
+    a = autobyte.advise(m, n_workers=2, bandwidth_gbps=1, latency_s=0, per_message_s=0, bucket_caps_mb=[1, 2],
+                        step_s=0.0, sensitivity=False, engine=False)
+    by = {p.label: p.samples_per_s for p in a.ddp}
+    assert by["1"] == pytest.approx(by["2"], rel=1e-9) and by["default"] < by["1"] * 0.99
+    assert a.bucket_cap_mb == 2 and "(4 buckets)" in a.ddp_best.label
