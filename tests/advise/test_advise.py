@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import autobyte
-from autobyte._advise import advise_from_windows, profile_from_windows
+from autobyte import advise_from_windows
+from autobyte._advise import profile_from_windows
 from autobyte.core.space import Config
 from autobyte.sim import GBPS, Cluster, get_model, simulate, simulate_ddp
 
