@@ -209,9 +209,10 @@ def _ddp_predict(model: ModelProfile, cluster: Cluster, cap: float | None, step_
     return simulate_ddp(model, cluster, cap, first_bucket_mb=first, step_s=step_s, n_iters=_N_ITERS, warmup_iters=1)
 
 
-def _best_ddp(model: ModelProfile, cluster: Cluster, caps: Sequence[float], step_s: float) -> tuple[list[tuple[float | None, DDPResult]], int]:
+def _best_ddp(model: ModelProfile, cluster: Cluster, caps: Sequence[float], step_s: float,
+              first: float | None = None) -> tuple[list[tuple[float | None, DDPResult]], int]:
     res: list[tuple[float | None, DDPResult]] = [(None, _ddp_predict(model, cluster, None, step_s))]
-    res += [(c, _ddp_predict(model, cluster, c, step_s)) for c in caps]
+    res += [(c, _ddp_predict(model, cluster, c, step_s, first)) for c in caps]
     speeds = np.array([r.samples_per_s for _, r in res])
     best = int(np.argmax(speeds))
     if speeds[0] >= speeds[best] * (1 - TIE_TOLERANCE):  # the default is as good: nothing to change
@@ -348,6 +349,7 @@ def advise(
     calibration: str | dict[str, Any] | None = None,
     step_s: float | None = None,
     bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB,
+    first_bucket_mb: float | None = None,
     sensitivity: bool | Sequence[float] = True,
     engine: bool = True,
     profile_runs: int = 3,
@@ -381,6 +383,10 @@ def advise(
         step_s: optimizer step per iteration (default: measured with the
             module, else the simulator's update model).
         bucket_caps_mb: ``bucket_cap_mb`` values to choose from.
+        first_bucket_mb: the first bucket's limit under an explicit
+            ``bucket_cap_mb``: ``None`` (default) as in this PyTorch (2.13:
+            ``bucket_cap_mb`` itself); 1 for releases that always kept DDP's
+            1 MiB first bucket.
         sensitivity: True for bandwidths x :data:`SENSITIVITY_FACTORS`, a
             list of Gbit/s, or False for none.
         engine: also advise autobyte's engine.
@@ -426,6 +432,8 @@ def advise(
         if any(isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0 for s in sens):
             raise ValueError(f"sensitivity must be True, False or a list of positive Gbit/s, but got sensitivity={sensitivity!r}.")
     profile_runs = check_int("profile_runs", profile_runs)
+    if first_bucket_mb is not None:
+        first_bucket_mb = check_positive("first_bucket_mb", first_bucket_mb, "MiB")
     if cluster_kwargs is not None and not isinstance(cluster_kwargs, dict):
         raise ValueError(f"cluster_kwargs must be a dict of Cluster arguments, but got cluster_kwargs={cluster_kwargs!r}.")
 
@@ -468,7 +476,7 @@ def advise(
     first_mb: float | None = None
     notes = []
     if arch == "allreduce":
-        res, bi = _best_ddp(prof, cluster, caps, step_s)
+        res, bi = _best_ddp(prof, cluster, caps, step_s, first_bucket_mb)
         for cap, r in res:
             label = "default" if cap is None else _fmt_mb(cap)
             ddp_preds.append(Prediction(label, float(r.iter_time_s.mean()), r.samples_per_s))
@@ -480,7 +488,9 @@ def advise(
                                 float(r.iter_time_s.mean()), r.samples_per_s)
         else:
             best_p = default_p
-        if best_cap is not None and best_cap > 1:  # the advised size with a 1 MiB first bucket (bucket_cap_mb_list=[1, X])
+        if first_bucket_mb is not None:
+            notes.append(f"first bucket fixed at {first_bucket_mb:g} MiB for every bucket_cap_mb (first_bucket_mb).")
+        elif best_cap is not None and best_cap > 1:  # the advised size with a 1 MiB first bucket (bucket_cap_mb_list=[1, X])
             rf = _ddp_predict(prof, cluster, best_cap, step_s, first=1.0)
             first_p = Prediction(f"DDP bucket_cap_mb_list=[1, {_fmt_mb(best_cap)}]", float(rf.iter_time_s.mean()), rf.samples_per_s)
             if first_p.samples_per_s > best_p.samples_per_s * (1 + TIE_TOLERANCE):
@@ -501,7 +511,7 @@ def advise(
         lg = _calibrated_gbps(calib, g) if calib is not None else g
         cg = cluster.replace(bw_up_Bps=lg * GBPS, bw_down_Bps=lg * GBPS)
         if arch == "allreduce":
-            rr, bj = _best_ddp(prof, cg, caps, step_s)
+            rr, bj = _best_ddp(prof, cg, caps, step_s, first_bucket_mb)
             cap_j, dsp, dflt = rr[bj][0], rr[bj][1].samples_per_s, rr[0][1].samples_per_s
         else:
             cap_j, dsp, dflt = None, math.nan, math.nan
@@ -522,8 +532,9 @@ def advise(
     srcs.update(sources or {})
     notes.append("DDP simulated as it runs: buckets in reverse registration order, all-reduced one after the other as "
                  "each fills, optimizer step after the last one, no overlap with the next forward.")
-    notes.append("in this PyTorch an explicit bucket_cap_mb also sizes the first bucket (DDP keeps 1 MiB only for the "
-                 "default); bucket_cap_mb_list=[1, X] keeps a 1 MiB first bucket.")
+    if first_bucket_mb is None:
+        notes.append("in this PyTorch an explicit bucket_cap_mb also sizes the first bucket (DDP keeps 1 MiB only for the "
+                     "default); bucket_cap_mb_list=[1, X] keeps a 1 MiB first bucket.")
     return Advice(model=prof, cluster=cluster, bucket_cap_mb=best_cap, first_bucket_mb=first_mb, ddp=ddp_preds,
                   ddp_best=best_p, ddp_default=default_p, first_bucket=first_p, engine_config=eng_cfg, engine=eng_p,
                   compute=compute, sensitivity=rows, sources=srcs, notes=notes)

@@ -40,6 +40,9 @@ def register(subparsers: Any) -> None:
                    help="link model fitted by `autobyte calibrate` (calib_params.json): latency, per-message cost, "
                    "contention, goodput")
     p.add_argument("--caps", default=None, metavar="MB,MB,...", help="bucket_cap_mb values to choose from")
+    p.add_argument("--first-bucket-mb", type=float, default=None,
+                   help="first bucket under an explicit bucket_cap_mb (default: as this PyTorch, the same size; "
+                   "1 for releases that always kept a 1 MiB first bucket)")
     p.add_argument("--sensitivity", default=None, metavar="GBPS,GBPS,...",
                    help="bandwidths of the sensitivity table (default: 0.1x..10x the link)")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the sensitivity table")
@@ -114,6 +117,8 @@ def _advise(args: argparse.Namespace) -> int:
             raise ValueError(f"--batch-size must be a positive integer, but got --batch-size={args.batch_size!r}.")
         if not math.isfinite(args.compute_scale) or args.compute_scale <= 0:
             raise ValueError(f"--compute-scale must be a positive number, but got --compute-scale={args.compute_scale!r}.")
+        if args.first_bucket_mb is not None and (not math.isfinite(args.first_bucket_mb) or args.first_bucket_mb <= 0):
+            raise ValueError(f"--first-bucket-mb must be a positive number, but got --first-bucket-mb={args.first_bucket_mb!r}.")
         if args.module is None and (args.input_shape is not None or args.input_int is not None):
             raise ValueError("--input-shape and --input-int go with --module, but got them without --module.")
         kw: dict[str, Any] = {}
@@ -132,7 +137,7 @@ def _advise(args: argparse.Namespace) -> int:
             compute_scale=args.compute_scale, calibration=args.calibration,
             latency_s=None if args.latency_us is None else args.latency_us * 1e-6,
             per_message_s=None if args.per_message_us is None else args.per_message_us * 1e-6,
-            engine=not args.no_engine, profile_runs=args.profile_runs, **kw,
+            engine=not args.no_engine, profile_runs=args.profile_runs, first_bucket_mb=args.first_bucket_mb, **kw,
         )
     except (ValueError, TypeError, OSError) as exc:
         return _fail(str(exc))

@@ -123,6 +123,7 @@ def test_module_that_cannot_be_profiled_fails_clearly():
         ({"bucket_caps_mb": [4, 0]}, "bucket_caps_mb must be a non-empty list of positive MiB"),
         ({"sensitivity": [1, -2]}, "sensitivity must be True, False or a list of positive Gbit/s"),
         ({"profile_runs": 0}, "profile_runs must be a positive integer"),
+        ({"first_bucket_mb": 0}, "first_bucket_mb must be a positive number of MiB, but got first_bucket_mb=0"),
         ({"cluster_kwargs": {"n_workers": 3}}, "cluster_kwargs must not set n_workers"),
         ({"cluster_kwargs": {"bogus": 1}}, "cluster_kwargs must hold Cluster arguments only"),
         ({"cluster_kwargs": {"contention": -1}}, "contention must be a finite non-negative number"),
@@ -219,6 +220,7 @@ def test_cli_profiles_a_module():
         (["--bandwidth-gbps", "0"], "--bandwidth-gbps must be a positive number, but got --bandwidth-gbps=0.0."),
         (["--bandwidth-mbit", "-5"], "--bandwidth-mbit must be a positive number"),
         (["--latency-us", "-1"], "--latency-us must be a non-negative number"),
+        (["--first-bucket-mb", "0"], "--first-bucket-mb must be a positive number"),
         (["--caps", "4,x"], "--caps must be a comma-separated list of positive numbers"),
         (["--sensitivity", "0"], "--sensitivity must be a comma-separated list of positive numbers"),
         (["--model", "nosuchnet"], "name must be one of"),
@@ -260,3 +262,14 @@ def test_among_equal_predictions_the_fewest_buckets():
     by = {p.label: p.samples_per_s for p in a.ddp}
     assert by["1"] == pytest.approx(by["2"], rel=1e-9) and by["default"] < by["1"] * 0.99
     assert a.bucket_cap_mb == 2 and "(4 buckets)" in a.ddp_best.label
+
+
+def test_first_bucket_fixed_for_older_pytorch():
+    kw = dict(n_workers=8, bandwidth_gbps=10, sensitivity=False, engine=False)
+    a = autobyte.advise("densenet121", first_bucket_mb=1, **kw)
+    m, c = a.model, a.cluster
+    step = a.compute.iter_time_s - m.compute_s
+    for p in a.ddp[1:]:
+        want = simulate_ddp(m, c, float(p.label), first_bucket_mb=1, step_s=step, n_iters=3, warmup_iters=1)
+        assert p.samples_per_s == pytest.approx(want.samples_per_s, rel=1e-12)
+    assert a.first_bucket is None and "first bucket fixed at 1 MiB" in " ".join(a.notes)
