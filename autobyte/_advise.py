@@ -119,6 +119,7 @@ class Advice:
             "model": self.model.name, "n_workers": self.cluster.n_workers, "arch": self.cluster.arch,
             "bandwidth_gbps": _gbps(self.cluster), "latency_s": self.cluster.latency_s,
             "per_message_s": self.cluster.per_message_s, "batch_size": self.model.batch_size,
+            "gradient_bytes": int(self.model.total_bytes), "n_layers": self.model.n_layers,
             "bucket_cap_mb": self.bucket_cap_mb, "first_bucket_mb": self.first_bucket_mb, "ddp_args": self.ddp_args(),
             "ddp_gain_over_default": self.ddp_gain,
             "ddp": [p.to_dict() for p in self.ddp],

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
+
+from autobyte._testing import launch
 
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
@@ -59,3 +64,21 @@ def test_advice_from_a_running_job():
 def test_before_fitting_says_when_to_call():
     with pytest.raises(RuntimeError, match="after the first window"):
         AutoByteCallback(tuner=None).advise_ddp(n_workers=2, bandwidth_gbps=1.0)
+
+
+def test_advice_from_a_real_two_rank_ddp_job():
+    """2 Lightning ranks on gloo (strategy="ddp"); each asks for the advice after its first window, with the
+    link measured by the job itself."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_advise_rank.py")
+    res = launch([script], 2, timeout_s=300, one_node_per_rank=True)
+    for r in res:
+        assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    got = [json.loads(ln[len("ADVICE "):]) for r in res for ln in r.stdout.splitlines() if ln.startswith("ADVICE ")]
+    assert sorted(a["rank"] for a in got) == [0, 1]
+    n_bytes = 4 * (32 * 512 + 512 + 512 * 512 + 512 + 512 * 4 + 4)
+    for a in got:
+        assert a["n_workers"] == 2 and a["batch_size"] == 8
+        assert a["gradient_bytes"] == n_bytes and a["n_layers"] == 6  # the engine's tensors: weights and biases
+        assert a["bandwidth_gbps"] > 0 and "measured in the window" in a["sources"]["bandwidth"]
+        assert a["ddp_best"]["samples_per_s"] > 0 and a["ddp_args"].startswith(("bucket_cap_mb", "(defaults"))
+        assert sum(1 for p in a["ddp"]) == 11  # the default and the 10 sizes
