@@ -19,7 +19,7 @@ import numpy as np
 from .core._checks import check_int, check_positive
 from .core.metrics import ARCHITECTURES, WindowStats
 from .core.space import Config, MiB, SearchSpace
-from .sim import GBPS, MODELS, Cluster, ModelProfile, get_model, simulate
+from .sim import GBPS, MODELS, V100, Cluster, Device, ModelProfile, get_model, simulate
 from .sim._ddp import DEFAULT_BUCKET_CAP_MB, DDPResult, default_step_s, simulate_ddp
 
 #: ``bucket_cap_mb`` values the advice chooses from (DDP's default is compared too).
@@ -31,6 +31,8 @@ TIE_TOLERANCE = 0.01
 #: Sizes predicted this close to the best are equal; the advice takes the one with the fewest buckets.
 EQUAL_TOLERANCE = 0.002
 _N_ITERS = 3
+#: Named devices whose roofline compute model (docs/simulator.md) can stand in for a measurement.
+DEVICES: dict[str, Device] = {"v100": V100}
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,7 @@ def _best_engine(model: ModelProfile, cluster: Cluster, space: SearchSpace) -> t
 
 
 def _resolve_model(model: Any, example_input: Any, batch_size: int | None, compute_scale: float,
-                   profile_runs: int, loss_fn: Any) -> tuple[ModelProfile, str, float | None]:
+                   profile_runs: int, loss_fn: Any, device: Device | None = None) -> tuple[ModelProfile, str, float | None]:
     """(profile, where its compute comes from, measured optimizer step or None)."""
     if isinstance(model, str):
         if example_input is not None:
@@ -256,8 +258,12 @@ def _resolve_model(model: Any, example_input: Any, batch_size: int | None, compu
                             f"but got model={type(model).__name__}.")
         if example_input is None:
             raise ValueError("example_input must be one batch of input for the torch.nn.Module (a tensor or a tuple), but got example_input=None.")
-        prof, step = _profile_torch(torch, model, example_input, profile_runs, loss_fn)
-        src = f"measured on this machine ({prof.device}, profile_module, {profile_runs} runs)"
+        if device is not None:
+            prof, step = _device_profile(torch, model, example_input, device), None
+            src = f"{device.name} roofline of the module's FLOPs (torch.utils.flop_counter) and activation bytes"
+        else:
+            prof, step = _profile_torch(torch, model, example_input, profile_runs, loss_fn)
+            src = f"measured on this machine ({prof.device}, profile_module, {profile_runs} runs)"
         if batch_size is not None:
             prof = prof.with_batch_size(batch_size)
     if compute_scale != 1.0:
@@ -319,6 +325,77 @@ def _profile_torch(torch: Any, module: Any, example_input: Any, n_runs: int, los
     return prof, float(np.median(times))
 
 
+def _device_profile(torch: Any, module: Any, example_input: Any, device: Device) -> ModelProfile:
+    """Per-layer compute of ``module`` on ``device`` by the zoo's roofline: forward FLOPs counted by
+    ``torch.utils.flop_counter``, activation bytes by forward hooks (layers without parameters add none)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, but got module={type(module).__name__}.")
+    # Count on the meta device (shapes only, no arithmetic) when the module allows it.
+    import copy
+
+    try:
+        meta = copy.deepcopy(module).to("meta")
+        meta_in = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in
+                        (example_input if isinstance(example_input, (tuple, list)) else (example_input,)))
+        return _device_profile_on(torch, meta, meta_in, device, name=type(module).__name__)
+    except ValueError:
+        raise
+    except Exception:  # noqa: BLE001 - a module the meta device cannot run: count on the real one
+        return _device_profile_on(torch, module, example_input, device, name=type(module).__name__)
+
+
+def _device_profile_on(torch: Any, module: Any, example_input: Any, device: Device, *, name: str) -> ModelProfile:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    owners = [(n, m) for n, m in module.named_modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+    if not owners:
+        raise ValueError("cannot profile the model: module must have at least one trainable parameter, but it has none.")
+    inputs = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
+    order: dict[str, int] = {}
+    act: dict[str, float] = {}
+
+    def nbytes(x: Any) -> float:
+        if isinstance(x, torch.Tensor):
+            return float(x.numel() * x.element_size())
+        if isinstance(x, (tuple, list)):
+            return sum(nbytes(y) for y in x)
+        return 0.0
+
+    handles = []
+    for n, m in owners:
+        def hook(mod: Any, args: Any, out: Any, n: str = n) -> None:
+            order.setdefault(n, len(order))
+            act[n] = act.get(n, 0.0) + nbytes(args) + nbytes(out)
+
+        handles.append(m.register_forward_hook(hook))
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            module(*inputs)
+    except Exception as exc:  # noqa: BLE001 - the user's forward failed: say so, with its error
+        if str(getattr(inputs[0], "device", "")) == "meta":
+            raise RuntimeError("meta device") from exc  # retried on the real device
+        raise ValueError(f"cannot profile the model: running it on example_input failed with "
+                         f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        for h in handles:
+            h.remove()
+    counts = {k: float(sum(v.values())) for k, v in fc.get_flop_counts().items()}
+    root = type(module).__name__
+    used = sorted((n for n, _ in owners if n in order), key=lambda n: order[n])
+    if not used:
+        raise ValueError("cannot profile the model: its forward did not call any module that owns parameters.")
+    mods = dict(owners)
+    lb = np.array([sum(p.numel() * p.element_size() for p in mods[n].parameters(recurse=False) if p.requires_grad)
+                   for n in used], dtype=np.int64)
+    flops = np.array([counts.get(f"{root}.{n}" if n else root, 0.0) for n in used])
+    mem = np.array([act[n] for n in used]) + lb
+    fwd = np.maximum(flops / (device.peak_flops * device.compute_efficiency),
+                     mem / (device.mem_Bps * device.memory_efficiency)) + device.launch_s
+    first = inputs[0]
+    batch = int(first.shape[0]) if hasattr(first, "shape") and len(first.shape) > 0 else 1
+    return ModelProfile(name, lb, fwd, device.backward_factor * fwd, batch, device=device.name, layer_names=tuple(used))
+
+
 def fit_compute_total(prof: ModelProfile, total_s: float) -> ModelProfile:
     """``prof`` with forward + backward summing to ``total_s``: time missing from the profile (layers
     without parameters, the loss) goes to the forward times in proportion; a profile longer than
@@ -351,6 +428,7 @@ def advise(
     step_s: float | None = None,
     bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB,
     first_bucket_mb: float | None = None,
+    device: str | None = None,
     sensitivity: bool | Sequence[float] = True,
     engine: bool = True,
     profile_runs: int = 3,
@@ -388,6 +466,10 @@ def advise(
             ``bucket_cap_mb``: ``None`` (default) as in this PyTorch (2.13:
             ``bucket_cap_mb`` itself); 1 for releases that always kept DDP's
             1 MiB first bucket.
+        device: for a ``torch.nn.Module``, the named device (one of
+            :data:`DEVICES`) whose roofline replaces the measurement here:
+            FLOPs counted by ``torch.utils.flop_counter``, activation bytes
+            by forward hooks, backward = 2 x forward, as the zoo.
         sensitivity: True for bandwidths x :data:`SENSITIVITY_FACTORS`, a
             list of Gbit/s, or False for none.
         engine: also advise autobyte's engine.
@@ -438,8 +520,11 @@ def advise(
     if cluster_kwargs is not None and not isinstance(cluster_kwargs, dict):
         raise ValueError(f"cluster_kwargs must be a dict of Cluster arguments, but got cluster_kwargs={cluster_kwargs!r}.")
 
+    if device is not None and (not isinstance(device, str) or device.lower() not in DEVICES):
+        raise ValueError(f"device must be one of {sorted(DEVICES)} (or None to measure on this machine), but got device={device!r}.")
+    dev = DEVICES[device.lower()] if device is not None else None
     calib = _load_calibration(calibration)
-    prof, compute_src, measured_step = _resolve_model(model, example_input, batch_size, compute_scale, profile_runs, loss_fn)
+    prof, compute_src, measured_step = _resolve_model(model, example_input, batch_size, compute_scale, profile_runs, loss_fn, dev)
     kw: dict[str, Any] = {"jitter": 0.0}
     link_gbps = bw
     if calib is not None:

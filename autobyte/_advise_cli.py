@@ -25,6 +25,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--input-shape", default=None, metavar="B,C,...", help="with --module: shape of one float input batch")
     p.add_argument("--input-int", type=int, default=None, metavar="HIGH",
                    help="with --module: integer inputs in [0, HIGH) (token ids) instead of floats")
+    p.add_argument("--device", default=None, help="with --module: a named device's compute model instead of "
+                   "measuring here (v100: roofline of the module's FLOPs)")
     p.add_argument("--profile-runs", type=int, default=3, help="with --module: measured runs (default: 3)")
     p.add_argument("--workers", type=int, default=8, help="data-parallel workers (default: 8)")
     bw = p.add_mutually_exclusive_group()
@@ -121,6 +123,8 @@ def _advise(args: argparse.Namespace) -> int:
             raise ValueError(f"--first-bucket-mb must be a positive number, but got --first-bucket-mb={args.first_bucket_mb!r}.")
         if args.module is None and (args.input_shape is not None or args.input_int is not None):
             raise ValueError("--input-shape and --input-int go with --module, but got them without --module.")
+        if args.device is not None and args.module is None:
+            raise ValueError(f"--device goes with --module (the zoo is V100 already), but got --device={args.device!r} without --module.")
         kw: dict[str, Any] = {}
         if args.caps is not None:
             kw["bucket_caps_mb"] = _floats("--caps", args.caps)
@@ -137,7 +141,7 @@ def _advise(args: argparse.Namespace) -> int:
             compute_scale=args.compute_scale, calibration=args.calibration,
             latency_s=None if args.latency_us is None else args.latency_us * 1e-6,
             per_message_s=None if args.per_message_us is None else args.per_message_us * 1e-6,
-            engine=not args.no_engine, profile_runs=args.profile_runs, first_bucket_mb=args.first_bucket_mb, **kw,
+            engine=not args.no_engine, profile_runs=args.profile_runs, first_bucket_mb=args.first_bucket_mb, device=args.device, **kw,
         )
     except (ValueError, TypeError, OSError) as exc:
         return _fail(str(exc))

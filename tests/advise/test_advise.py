@@ -130,6 +130,7 @@ def test_module_that_cannot_be_profiled_fails_clearly():
         ({"calibration": "/nonexistent/calib.json"}, "calibration must be a readable calib_params.json"),
         ({"calibration": {"latency_s": -1}}, r"calibration\['latency_s'\] must be a finite non-negative number"),
         ({"example_input": 3}, "example_input is only for a torch.nn.Module"),
+        ({"device": "a100"}, r"device must be one of \['v100'\] \(or None to measure on this machine\), but got device='a100'"),
     ],
 )
 def test_bad_arguments(kw, match):
@@ -229,6 +230,8 @@ def test_cli_profiles_a_module():
         (["--module", "autobyte.bench.models:make_cnn", "--input-shape", "4,a"], "--input-shape must be comma-separated positive integers"),
         (["--module", "autobyte.bench.models:make_cnn", "--input-shape", "4,5"], "cannot profile the model"),
         (["--input-shape", "4,5"], "--input-shape and --input-int go with --module"),
+        (["--device", "v100"], "--device goes with --module"),
+        (["--module", "autobyte.bench.models:make_cnn", "--input-shape", "4,3,32,32", "--device", "tpu"], "device must be one of ['v100']"),
         (["--calibration", "/nonexistent.json"], "calibration must be a readable calib_params.json"),
     ],
 )
@@ -273,3 +276,25 @@ def test_first_bucket_fixed_for_older_pytorch():
         want = simulate_ddp(m, c, float(p.label), first_bucket_mb=1, step_s=step, n_iters=3, warmup_iters=1)
         assert p.samples_per_s == pytest.approx(want.samples_per_s, rel=1e-12)
     assert a.first_bucket is None and "first bucket fixed at 1 MiB" in " ".join(a.notes)
+
+
+def test_module_on_a_named_device_matches_the_zoo():
+    """A real ResNet-50 module on device='v100' (FLOPs counted, roofline) against the zoo's hand-written one."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from bench_advise import resnet50
+    finally:
+        sys.path.pop(0)
+    model = resnet50()
+    a = autobyte.advise(model, torch.randn(64, 3, 224, 224), n_workers=8, bandwidth_gbps=10, device="v100",
+                        sensitivity=False, engine=False)
+    z = get_model("resnet50")
+    assert a.model.total_bytes == z.total_bytes and a.model.device == "V100"
+    assert a.model.compute_s == pytest.approx(z.compute_s, rel=0.2)  # BN counted apart: more launches, more bytes
+    assert "V100 roofline" in a.sources["compute"]
+    # the zoo is V100 already: device="v100" changes nothing there
+    zz = autobyte.advise("resnet50", n_workers=8, bandwidth_gbps=10, device="v100", sensitivity=False, engine=False)
+    assert zz.model is z or zz.model.compute_s == z.compute_s
+    with pytest.raises(ValueError, match="cannot profile the model: running it on example_input failed"):
+        autobyte.advise(torch.nn.Linear(3, 2), torch.randn(2, 5), n_workers=2, bandwidth_gbps=1, device="v100")
