@@ -40,7 +40,7 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 32, generator=g)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
-    cb = AutoByteCallback(tuner=None, verbose=False)
+    cb = AutoByteCallback(tuner=None, overlap=False, verbose=False)  # gradients averaged by the end of backward, as DDP
     trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=1, num_nodes=2, max_steps=12,
                          callbacks=[cb, AdviseOnce(cb)], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
