@@ -34,7 +34,8 @@ def register(subparsers: Any) -> None:
     bw.add_argument("--bandwidth-mbit", type=float, default=None, help="link per worker, Mbit/s")
     p.add_argument("--latency-us", type=float, default=None, help="one-way latency per hop, microseconds (default: 25)")
     p.add_argument("--per-message-us", type=float, default=None, help="cost per bucket/message, microseconds (default: 100)")
-    p.add_argument("--arch", default="allreduce", choices=["allreduce", "ps"])
+    p.add_argument("--arch", default="allreduce", choices=["allreduce", "ps"],
+                   help="all-reduce (DDP and autobyte's engine; default) or ps (autobyte's engine on a parameter server)")
     p.add_argument("--batch-size", type=int, default=None, help="samples per worker (default: the zoo's / the input's)")
     p.add_argument("--compute-scale", type=float, default=1.0,
                    help="multiply compute times (e.g. 0.05 for a device 20x faster than the one profiled)")
