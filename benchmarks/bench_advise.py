@@ -387,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.cmd == "rank":
         _rank(a.spec, a.out)
-        return 0
+        sys.stdout.flush()
+        os._exit(0)  # skip interpreter teardown, where gloo/DDP objects sometimes abort a finished rank
     if a.cmd == "measure":
         measure(a.out, models=a.models.split(","), rates=[float(x) for x in a.rates.split(",")], rounds=a.rounds,
                 iters=a.iters, profile_runs=a.profile_runs, timeout_s=a.timeout_s, seed=a.seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import lightning.pytorch as pl
@@ -48,4 +49,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown, where gloo objects sometimes abort a finished process
