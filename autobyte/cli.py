@@ -28,6 +28,7 @@ _CLI_MODULES = (
     "autobyte.meta._cli",
     "autobyte.testbed._cli",
     "autobyte.bench._cli",
+    "autobyte._advise_cli",
 )
 
 

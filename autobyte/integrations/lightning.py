@@ -183,6 +183,12 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         self._log_dir: str | None = None
         self._trainer: Any = None
 
+    def advise_ddp(self, **kwargs: Any) -> Any:
+        """DDP's ``bucket_cap_mb`` for this job from this rank's statistics so far (:func:`autobyte.advise`, docs/advise.md)."""
+        from .._advise import advise_from_handle
+
+        return advise_from_handle(self.handle, **kwargs)
+
     @property
     def state_key(self) -> str:
         name = self._tuner_arg if isinstance(self._tuner_arg, str) or self._tuner_arg is None else type(self._tuner_arg).__name__

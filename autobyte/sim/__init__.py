@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._cluster import GBPS, BandwidthTrace, Cluster, ComputeTrace
+from ._ddp import DDPResult, bucket_limits, ddp_buckets, simulate_ddp
 from ._engine import SimResult, evaluate_configs, simulate
 from ._models import MODELS, V100, Device, ModelProfile, get_model
 
@@ -33,6 +34,6 @@ def profile_module(module: Any, example_input: Any, **kwargs: Any) -> ModelProfi
 
 
 __all__ = sorted([
-    "BandwidthTrace", "Cluster", "ComputeTrace", "Device", "GBPS", "MODELS", "ModelProfile", "SimResult", "V100",
-    "evaluate_configs", "get_model", "profile_module", "simulate",
+    "BandwidthTrace", "Cluster", "ComputeTrace", "DDPResult", "Device", "GBPS", "MODELS", "ModelProfile", "SimResult", "V100",
+    "bucket_limits", "ddp_buckets", "evaluate_configs", "get_model", "profile_module", "simulate", "simulate_ddp",
 ])

@@ -1,0 +1,725 @@
+"""``autobyte advise``: the bucket size (and schedule) a DDP user should run, before switching anything.
+
+Every prediction comes from the simulator (:mod:`autobyte.sim`): DDP as DDP
+runs (:func:`autobyte.sim.simulate_ddp`) and autobyte's scheduled engine
+(:func:`autobyte.sim.simulate`), on one calibrated link and compute model.
+What is *measured* is only what goes in: the model's per-layer compute when
+a ``torch.nn.Module`` is profiled on this machine, or a running job's
+window statistics (:func:`advise_from_windows`). See ``docs/advise.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .core._checks import check_int, check_positive
+from .core.metrics import ARCHITECTURES, WindowStats
+from .core.space import Config, MiB, SearchSpace
+from .sim import GBPS, MODELS, V100, Cluster, Device, ModelProfile, get_model, simulate
+from .sim._ddp import DEFAULT_BUCKET_CAP_MB, DDPResult, default_step_s, simulate_ddp
+
+#: ``bucket_cap_mb`` values the advice chooses from (DDP's default is compared too).
+DEFAULT_BUCKET_CAPS_MB: tuple[float, ...] = (1, 2, 4, 8, 16, 25, 32, 64, 128, 256)
+#: Bandwidth multiples of the sensitivity table.
+SENSITIVITY_FACTORS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)
+#: A candidate this close to the best (relative samples/s) counts as equally good.
+TIE_TOLERANCE = 0.01
+#: Sizes predicted this close to the best are equal; the advice takes the one with the fewest buckets.
+EQUAL_TOLERANCE = 0.002
+_N_ITERS = 3
+#: Named devices whose roofline compute model (docs/simulator.md) can stand in for a measurement.
+DEVICES: dict[str, Device] = {"v100": V100}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One simulated configuration: ``label``, iteration time, cluster samples/s."""
+
+    label: str
+    iter_time_s: float
+    samples_per_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "iter_time_s": self.iter_time_s, "samples_per_s": self.samples_per_s}
+
+
+@dataclass(frozen=True)
+class SensitivityRow:
+    """The advice at one bandwidth of the sensitivity table."""
+
+    bandwidth_gbps: float
+    bucket_cap_mb: float | None
+    ddp_samples_per_s: float
+    default_samples_per_s: float
+    engine_config: Config | None
+    engine_samples_per_s: float
+    compute_samples_per_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["engine_config"] = self.engine_config.to_dict() if self.engine_config is not None else None
+        return d
+
+
+@dataclass
+class Advice:
+    """What :func:`advise` returns; ``str(advice)`` is the one-screen answer, ``to_dict()`` the same as plain data.
+
+    Attributes:
+        model: the :class:`~autobyte.sim.ModelProfile` simulated.
+        cluster: the :class:`~autobyte.sim.Cluster` simulated.
+        bucket_cap_mb: the advised ``bucket_cap_mb`` (``None``: keep DDP's default).
+        first_bucket_mb: the first bucket to pair with it, or ``None`` when a
+            small first bucket does not help (more than :data:`TIE_TOLERANCE`).
+        ddp: predictions for every ``bucket_cap_mb`` considered (label ``"default"`` for DDP's default).
+        ddp_best, ddp_default, first_bucket: the advised one, the default, the
+            advised size with a 1 MiB first bucket.
+        engine_config, engine: autobyte's best ``<partition, credit>`` and its prediction.
+        compute: the compute-only bound (no communication).
+        sensitivity: the advice over a range of bandwidths.
+        sources: which inputs were measured and which numbers simulated.
+        notes: assumptions the numbers rest on.
+    """
+
+    model: ModelProfile
+    cluster: Cluster
+    bucket_cap_mb: float | None
+    first_bucket_mb: float | None
+    ddp: list[Prediction]
+    ddp_best: Prediction | None
+    ddp_default: Prediction | None
+    first_bucket: Prediction | None
+    engine_config: Config | None
+    engine: Prediction | None
+    compute: Prediction
+    sensitivity: list[SensitivityRow] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ddp_gain(self) -> float:
+        """Predicted speed-up of the advised bucket size over DDP's default (1.0 when the default is kept)."""
+        if self.ddp_best is None or self.ddp_default is None:
+            return math.nan
+        return self.ddp_best.samples_per_s / self.ddp_default.samples_per_s
+
+    def ddp_args(self) -> str:
+        """The keyword arguments to give ``DistributedDataParallel``."""
+        if self.bucket_cap_mb is None:
+            return "(defaults: leave bucket_cap_mb unset)"
+        cap = _fmt_mb(self.bucket_cap_mb)
+        if self.first_bucket_mb is not None:
+            return f"bucket_cap_mb_list=[{_fmt_mb(self.first_bucket_mb)}, {cap}]"
+        return f"bucket_cap_mb={cap}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.name, "n_workers": self.cluster.n_workers, "arch": self.cluster.arch,
+            "bandwidth_gbps": _gbps(self.cluster), "latency_s": self.cluster.latency_s,
+            "per_message_s": self.cluster.per_message_s, "batch_size": self.model.batch_size,
+            "gradient_bytes": int(self.model.total_bytes), "n_layers": self.model.n_layers,
+            "bucket_cap_mb": self.bucket_cap_mb, "first_bucket_mb": self.first_bucket_mb, "ddp_args": self.ddp_args(),
+            "ddp_gain_over_default": self.ddp_gain,
+            "ddp": [p.to_dict() for p in self.ddp],
+            "ddp_best": self.ddp_best.to_dict() if self.ddp_best else None,
+            "ddp_default": self.ddp_default.to_dict() if self.ddp_default else None,
+            "first_bucket": self.first_bucket.to_dict() if self.first_bucket else None,
+            "engine_config": self.engine_config.to_dict() if self.engine_config else None,
+            "engine": self.engine.to_dict() if self.engine else None,
+            "compute": self.compute.to_dict(),
+            "sensitivity": [r.to_dict() for r in self.sensitivity],
+            "sources": dict(self.sources), "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        c = self.cluster
+        lat = f", latency {c.latency_s * 1e6:g} us/hop" if c.latency_s else ""
+        lines = [
+            f"autobyte advise: {self.model.name} (batch {self.model.batch_size}/worker, "
+            f"{self.model.total_bytes / MiB:.1f} MiB of gradients in {self.model.n_layers} layers), "
+            f"{c.n_workers} workers, {c.arch}, {_gbps(c):g} Gbit/s{lat}",
+            "",
+        ]
+        if self.ddp_best is not None:
+            lines.append(f"DDP:      DistributedDataParallel(model, {self.ddp_args()})")
+            if self.bucket_cap_mb is None:
+                lines.append("          the default is within 1% of the best bucket size here.")
+            else:
+                lines.append(f"          predicted {self.ddp_gain:.2f}x DDP's default (25 MiB, 1 MiB first bucket).")
+            if self.first_bucket is not None:
+                d = self.first_bucket.samples_per_s / self.ddp_best.samples_per_s - 1
+                if self.bucket_cap_mb is None:
+                    lines.append(f"          first bucket: 25 MiB instead of the default's 1 MiB (bucket_cap_mb=25) changes "
+                                 f"samples/s by {d * 100:+.1f}%.")
+                else:
+                    verdict = "matters: use the list above" if self.first_bucket_mb is not None else "does not matter here"
+                    lines.append(f"          first bucket: 1 MiB instead of {_fmt_mb(self.bucket_cap_mb)} MiB changes "
+                                 f"samples/s by {d * 100:+.1f}% ({verdict}).")
+            near = [p.label for p in self.ddp if p.label != "default"
+                    and p.samples_per_s >= self.ddp_best.samples_per_s * (1 - TIE_TOLERANCE)]
+            if near:
+                lines.append(f"          within 1% of the best: bucket_cap_mb in {{{', '.join(near)}}}.")
+        if self.engine_config is not None:
+            lines.append(f"autobyte: partition_bytes={self.engine_config.partition_bytes}, "
+                         f"credit_bytes={self.engine_config.credit_bytes}  ({self.engine_config})")
+        lines += ["", f"{'predicted (simulator)':<42} {'iteration':>10} {'samples/s':>10} {'vs DDP default':>15} {'of compute-only':>16}"]
+        base = self.ddp_default.samples_per_s if self.ddp_default else math.nan
+        rows = [self.compute]
+        rows += [p for p in (self.ddp_default, self.ddp_best, self.first_bucket, self.engine) if p is not None]
+        seen: set[str] = set()
+        for p in rows:
+            if p.label in seen:
+                continue
+            seen.add(p.label)
+            lines.append(f"{p.label:<42} {p.iter_time_s * 1e3:>8.1f}ms {p.samples_per_s:>10.1f} "
+                         f"{p.samples_per_s / base:>14.2f}x {p.samples_per_s / self.compute.samples_per_s * 100:>15.0f}%")
+        if self.sensitivity:
+            lines += ["", "sensitivity to bandwidth (simulator; * = the advice changes there):",
+                      f"{'Gbit/s':>8} {'bucket_cap_mb':>13} {'DDP samples/s':>14} {'vs default':>10} {'autobyte':>30} {'samples/s':>10}"]
+            prev: tuple[Any, Any] | None = None
+            for r in self.sensitivity:
+                key = (r.bucket_cap_mb, r.engine_config)
+                mark = "*" if prev is not None and key != prev else " "
+                prev = key
+                cap = "default" if r.bucket_cap_mb is None else _fmt_mb(r.bucket_cap_mb)
+                eng = str(r.engine_config) if r.engine_config is not None else "-"
+                lines.append(f"{mark}{r.bandwidth_gbps:>7g} {cap:>13} {r.ddp_samples_per_s:>14.1f} "
+                             f"{r.ddp_samples_per_s / r.default_samples_per_s:>9.2f}x {eng:>30} {r.engine_samples_per_s:>10.1f}")
+        lines += ["", "sources:"] + [f"  {k}: {v}" for k, v in self.sources.items()]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _fmt_mb(x: float) -> str:
+    return f"{x:g}"
+
+
+def _gbps(c: Cluster) -> float:
+    return float(np.minimum(c.bw_up_Bps, c.bw_down_Bps).min() / GBPS)
+
+
+def _engine_space() -> SearchSpace:
+    # autobyte's grid without the partitions that are never best on a real link (<64 KiB, >256 MiB): 3x faster
+    parts = [64 * 1024 << k for k in range(13)]
+    return SearchSpace.grid(parts, [1, 2, 4, 8, 16])
+
+
+def _ddp_predict(model: ModelProfile, cluster: Cluster, cap: float | None, step_s: float, first: float | None = None) -> DDPResult:
+    return simulate_ddp(model, cluster, cap, first_bucket_mb=first, step_s=step_s, n_iters=_N_ITERS, warmup_iters=1)
+
+
+def _best_ddp(model: ModelProfile, cluster: Cluster, caps: Sequence[float], step_s: float,
+              first: float | None = None) -> tuple[list[tuple[float | None, DDPResult]], int]:
+    res: list[tuple[float | None, DDPResult]] = [(None, _ddp_predict(model, cluster, None, step_s))]
+    res += [(c, _ddp_predict(model, cluster, c, step_s, first)) for c in caps]
+    speeds = np.array([r.samples_per_s for _, r in res])
+    best = int(np.argmax(speeds))
+    if speeds[0] >= speeds[best] * (1 - TIE_TOLERANCE):  # the default is as good: nothing to change
+        return res, 0
+    # Sizes predicted equally fast (within EQUAL_TOLERANCE): the one with the fewest buckets. Each bucket
+    # costs CPU (copies, a collective's set-up) that the simulator charges to the link only, not to the
+    # compute it runs beside, so among equals fewer buckets is the safer choice.
+    equal = [i for i in range(1, len(res)) if speeds[i] >= speeds[best] * (1 - EQUAL_TOLERANCE)]
+    best = min(equal, key=lambda i: (res[i][1].n_buckets, -speeds[i]))
+    return res, best
+
+
+def _best_engine(model: ModelProfile, cluster: Cluster, space: SearchSpace) -> tuple[Config, float, float]:
+    best: tuple[Config, float, float] | None = None
+    for c in space:
+        r = simulate(model, cluster, c, n_iters=_N_ITERS, warmup_iters=1)
+        if best is None or r.samples_per_s > best[1]:
+            best = (c, r.samples_per_s, float(r.iter_time_s.mean()))
+    assert best is not None
+    return best
+
+
+def _resolve_model(model: Any, example_input: Any, batch_size: int | None, compute_scale: float,
+                   profile_runs: int, loss_fn: Any, device: Device | None = None) -> tuple[ModelProfile, str, float | None]:
+    """(profile, where its compute comes from, measured optimizer step or None)."""
+    if isinstance(model, str):
+        if example_input is not None:
+            raise ValueError(f"example_input is only for a torch.nn.Module, but got example_input with model={model!r}.")
+        prof = get_model(model, batch_size=batch_size)
+        src = f"zoo profile ({prof.device} roofline, docs/simulator.md)"
+        step = None
+    elif isinstance(model, ModelProfile):
+        prof = model if batch_size is None else model.with_batch_size(batch_size)
+        src = f"given ModelProfile ({prof.device})"
+        step = None
+    else:
+        torch = _torch_or_none()
+        if torch is None or not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a zoo name (one of {MODELS}), a ModelProfile or a torch.nn.Module, "
+                            f"but got model={type(model).__name__}.")
+        if example_input is None:
+            raise ValueError("example_input must be one batch of input for the torch.nn.Module (a tensor or a tuple), but got example_input=None.")
+        if device is not None:
+            prof, step = _device_profile(torch, model, example_input, device), None
+            src = f"{device.name} roofline of the module's FLOPs (torch.utils.flop_counter) and activation bytes"
+        else:
+            prof, step = _profile_torch(torch, model, example_input, profile_runs, loss_fn)
+            src = f"measured on this machine ({prof.device}, profile_module, {profile_runs} runs)"
+        if batch_size is not None:
+            prof = prof.with_batch_size(batch_size)
+    if compute_scale != 1.0:
+        prof = ModelProfile(prof.name, prof.layer_bytes, prof.forward_s * compute_scale, prof.backward_s * compute_scale,
+                            prof.batch_size, device=f"{prof.device} x{compute_scale:g}", layer_names=prof.layer_names)
+        step = step * compute_scale if step is not None else None
+        src += f", compute x{compute_scale:g}"
+    return prof, src, step
+
+
+def _torch_or_none() -> Any:
+    try:
+        import torch
+    except ModuleNotFoundError:  # pragma: no cover - torch is installed here
+        return None
+    return torch
+
+
+def _profile_torch(torch: Any, module: Any, example_input: Any, n_runs: int, loss_fn: Any) -> tuple[ModelProfile, float]:
+    from .sim import profile_module
+
+    try:
+        prof = profile_module(module, example_input, loss_fn=loss_fn, n_runs=n_runs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot profile the model: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's forward/backward failed: say so, with its error
+        raise ValueError(f"cannot profile the model: running it on example_input failed with "
+                         f"{type(exc).__name__}: {exc}") from exc
+    # profile_module times the modules that own parameters; the rest of a training step (activations,
+    # pooling, the loss) shows in a plain forward + backward without hooks: scale the profile to it
+    import time
+
+    plain = []
+    for _ in range(n_runs):
+        module.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        out = module(*example_input) if isinstance(example_input, (tuple, list)) else module(example_input)
+        loss = loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out).float().sum()
+        loss.backward()
+        plain.append(time.perf_counter() - t0)
+    module.zero_grad(set_to_none=True)
+    prof = fit_compute_total(prof, float(np.median(plain)))
+    # the optimizer step DDP runs after the all-reduce: SGD with momentum over every parameter, lr=0 so
+    # that the user's parameters do not change
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=0.0, momentum=0.9)
+    times = []
+    try:
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        for _ in range(4):
+            t0 = time.perf_counter()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+    finally:
+        for p in params:
+            p.grad = None
+    times = times[1:]  # the first step allocates the momentum buffers
+    return prof, float(np.median(times))
+
+
+def _device_profile(torch: Any, module: Any, example_input: Any, device: Device) -> ModelProfile:
+    """Per-layer compute of ``module`` on ``device`` by the zoo's roofline: forward FLOPs counted by
+    ``torch.utils.flop_counter``, activation bytes by forward hooks (layers without parameters add none)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, but got module={type(module).__name__}.")
+    # Count on the meta device (shapes only, no arithmetic) when the module allows it.
+    import copy
+
+    try:
+        meta = copy.deepcopy(module).to("meta")
+        meta_in = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in
+                        (example_input if isinstance(example_input, (tuple, list)) else (example_input,)))
+        return _device_profile_on(torch, meta, meta_in, device, name=type(module).__name__)
+    except ValueError:
+        raise
+    except Exception:  # noqa: BLE001 - a module the meta device cannot run: count on the real one
+        return _device_profile_on(torch, module, example_input, device, name=type(module).__name__)
+
+
+def _device_profile_on(torch: Any, module: Any, example_input: Any, device: Device, *, name: str) -> ModelProfile:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    owners = [(n, m) for n, m in module.named_modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+    if not owners:
+        raise ValueError("cannot profile the model: module must have at least one trainable parameter, but it has none.")
+    inputs = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
+    order: dict[str, int] = {}
+    act: dict[str, float] = {}
+
+    def nbytes(x: Any) -> float:
+        if isinstance(x, torch.Tensor):
+            return float(x.numel() * x.element_size())
+        if isinstance(x, (tuple, list)):
+            return sum(nbytes(y) for y in x)
+        return 0.0
+
+    handles = []
+    for n, m in owners:
+        def hook(mod: Any, args: Any, out: Any, n: str = n) -> None:
+            order.setdefault(n, len(order))
+            act[n] = act.get(n, 0.0) + nbytes(args) + nbytes(out)
+
+        handles.append(m.register_forward_hook(hook))
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            module(*inputs)
+    except Exception as exc:  # noqa: BLE001 - the user's forward failed: say so, with its error
+        if str(getattr(inputs[0], "device", "")) == "meta":
+            raise RuntimeError("meta device") from exc  # retried on the real device
+        raise ValueError(f"cannot profile the model: running it on example_input failed with "
+                         f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        for h in handles:
+            h.remove()
+    counts = {k: float(sum(v.values())) for k, v in fc.get_flop_counts().items()}
+    root = type(module).__name__
+    used = sorted((n for n, _ in owners if n in order), key=lambda n: order[n])
+    if not used:
+        raise ValueError("cannot profile the model: its forward did not call any module that owns parameters.")
+    mods = dict(owners)
+    lb = np.array([sum(p.numel() * p.element_size() for p in mods[n].parameters(recurse=False) if p.requires_grad)
+                   for n in used], dtype=np.int64)
+    flops = np.array([counts.get(f"{root}.{n}" if n else root, 0.0) for n in used])
+    mem = np.array([act[n] for n in used]) + lb
+    fwd = np.maximum(flops / (device.peak_flops * device.compute_efficiency),
+                     mem / (device.mem_Bps * device.memory_efficiency)) + device.launch_s
+    first = inputs[0]
+    batch = int(first.shape[0]) if hasattr(first, "shape") and len(first.shape) > 0 else 1
+    return ModelProfile(name, lb, fwd, device.backward_factor * fwd, batch, device=device.name, layer_names=tuple(used))
+
+
+def fit_compute_total(prof: ModelProfile, total_s: float) -> ModelProfile:
+    """``prof`` with forward + backward summing to ``total_s``: time missing from the profile (layers
+    without parameters, the loss) goes to the forward times in proportion; a profile longer than
+    ``total_s`` (hook overhead) is scaled down."""
+    fwd, bwd = prof.forward_s.copy(), prof.backward_s.copy()
+    have = float(fwd.sum() + bwd.sum())
+    if total_s <= 0 or have <= 0:
+        return prof
+    missing = total_s - have
+    if missing > 0:
+        fwd = fwd * (1.0 + missing / fwd.sum()) if fwd.sum() > 0 else fwd + missing / fwd.size
+    else:
+        fwd, bwd = fwd * (total_s / have), bwd * (total_s / have)
+    return ModelProfile(prof.name, prof.layer_bytes, fwd, bwd, prof.batch_size, device=prof.device, layer_names=prof.layer_names)
+
+
+def advise(
+    model: Any,
+    example_input: Any = None,
+    *,
+    n_workers: int,
+    bandwidth_gbps: float,
+    latency_s: float | None = None,
+    arch: str = "allreduce",
+    batch_size: int | None = None,
+    compute_scale: float = 1.0,
+    per_message_s: float | None = None,
+    cluster_kwargs: dict[str, Any] | None = None,
+    calibration: str | dict[str, Any] | None = None,
+    step_s: float | None = None,
+    bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB,
+    first_bucket_mb: float | None = None,
+    device: str | None = None,
+    sensitivity: bool | Sequence[float] = True,
+    engine: bool = True,
+    profile_runs: int = 3,
+    loss_fn: Any = None,
+    sources: dict[str, str] | None = None,
+) -> Advice:
+    """The ``bucket_cap_mb`` for DDP and the ``<partition, credit>`` for autobyte's engine, predicted by the simulator.
+
+    Args:
+        model: a zoo name (one of :data:`autobyte.sim.MODELS`, V100 compute),
+            a :class:`~autobyte.sim.ModelProfile`, or a ``torch.nn.Module``
+            (profiled on this machine with ``example_input``).
+        example_input: one batch for a ``torch.nn.Module`` (a tensor or a tuple).
+        n_workers: data-parallel workers (>= 2).
+        bandwidth_gbps: each worker's link, Gbit/s.
+        latency_s: one-way latency per hop (default: the simulator's, 25 us).
+        arch: ``"allreduce"`` (DDP and autobyte's engine) or ``"ps"``
+            (autobyte's engine on a parameter server only; DDP has none).
+        batch_size: samples per worker (default: the zoo's, or the example's first dimension).
+        compute_scale: multiplies every compute time (e.g. 0.05 for a device 20x faster than the one profiled).
+        per_message_s: per-message (per-bucket) cost; default the simulator's.
+        cluster_kwargs: any other :class:`~autobyte.sim.Cluster` argument
+            (e.g. a calibration's ``contention``); jitter is off unless given.
+        calibration: the link model fitted by ``autobyte calibrate``: a
+            ``calib_params.json`` path or its ``"params"`` dict. Its
+            ``latency_s``, ``per_message_s`` and ``contention`` are used, and
+            the link becomes the calibrated goodput of ``bandwidth_gbps``
+            (``efficiency`` in series with ``cap_Bps``); its compute and update
+            terms (fitted to autobyte's engine) are not. Explicit
+            ``latency_s`` / ``per_message_s`` win.
+        step_s: optimizer step per iteration (default: measured with the
+            module, else the simulator's update model).
+        bucket_caps_mb: ``bucket_cap_mb`` values to choose from.
+        first_bucket_mb: the first bucket's limit under an explicit
+            ``bucket_cap_mb``: ``None`` (default) as in this PyTorch (2.13:
+            ``bucket_cap_mb`` itself); 1 for releases that always kept DDP's
+            1 MiB first bucket.
+        device: for a ``torch.nn.Module``, the named device (one of
+            :data:`DEVICES`) whose roofline replaces the measurement here:
+            FLOPs counted by ``torch.utils.flop_counter``, activation bytes
+            by forward hooks, backward = 2 x forward, as the zoo.
+        sensitivity: True for bandwidths x :data:`SENSITIVITY_FACTORS`, a
+            list of Gbit/s, or False for none.
+        engine: also advise autobyte's engine.
+        profile_runs: measured runs when profiling a module.
+        loss_fn: maps the module's output to a scalar for profiling (default ``output.sum()``).
+        sources: extra provenance lines (e.g. where the bandwidth was measured).
+
+    Returns:
+        :class:`Advice`.
+
+    Raises:
+        TypeError: ``model`` of an unsupported type.
+        ValueError: any other invalid argument (the message names it), or a
+            module that cannot be profiled.
+
+    Example:
+        >>> a = advise("resnet50", n_workers=8, bandwidth_gbps=10, sensitivity=False, engine=False)
+        >>> a.ddp_args()  # doctest: +SKIP
+        'bucket_cap_mb=...'
+    """
+    n_workers = check_int("n_workers", n_workers, minimum=2)
+    bw = check_positive("bandwidth_gbps", bandwidth_gbps, "Gbit/s")
+    if latency_s is not None and (isinstance(latency_s, bool) or not isinstance(latency_s, (int, float))
+                                  or not math.isfinite(latency_s) or latency_s < 0):
+        raise ValueError(f"latency_s must be a finite non-negative number of seconds, but got latency_s={latency_s!r}.")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"arch must be one of {ARCHITECTURES}, but got arch={arch!r}.")
+    if batch_size is not None:
+        batch_size = check_int("batch_size", batch_size)
+    compute_scale = check_positive("compute_scale", compute_scale)
+    if per_message_s is not None and (isinstance(per_message_s, bool) or not isinstance(per_message_s, (int, float))
+                                      or not math.isfinite(per_message_s) or per_message_s < 0):
+        raise ValueError(f"per_message_s must be a finite non-negative number of seconds, but got per_message_s={per_message_s!r}.")
+    if step_s is not None and (isinstance(step_s, bool) or not isinstance(step_s, (int, float)) or not math.isfinite(step_s) or step_s < 0):
+        raise ValueError(f"step_s must be a finite non-negative number of seconds, but got step_s={step_s!r}.")
+    caps = list(bucket_caps_mb) if not isinstance(bucket_caps_mb, (str, bytes)) else []
+    if not caps or any(isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0 for c in caps):
+        raise ValueError(f"bucket_caps_mb must be a non-empty list of positive MiB, but got bucket_caps_mb={bucket_caps_mb!r}.")
+    if isinstance(sensitivity, bool):
+        sens = [bw * f for f in SENSITIVITY_FACTORS] if sensitivity else []
+    else:
+        sens = list(sensitivity)
+        if any(isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0 for s in sens):
+            raise ValueError(f"sensitivity must be True, False or a list of positive Gbit/s, but got sensitivity={sensitivity!r}.")
+    profile_runs = check_int("profile_runs", profile_runs)
+    if first_bucket_mb is not None:
+        first_bucket_mb = check_positive("first_bucket_mb", first_bucket_mb, "MiB")
+    if cluster_kwargs is not None and not isinstance(cluster_kwargs, dict):
+        raise ValueError(f"cluster_kwargs must be a dict of Cluster arguments, but got cluster_kwargs={cluster_kwargs!r}.")
+
+    if device is not None and (not isinstance(device, str) or device.lower() not in DEVICES):
+        raise ValueError(f"device must be one of {sorted(DEVICES)} (or None to measure on this machine), but got device={device!r}.")
+    dev = DEVICES[device.lower()] if device is not None else None
+    calib = _load_calibration(calibration)
+    prof, compute_src, measured_step = _resolve_model(model, example_input, batch_size, compute_scale, profile_runs, loss_fn, dev)
+    kw: dict[str, Any] = {"jitter": 0.0}
+    link_gbps = bw
+    if calib is not None:
+        kw.update({k: float(calib[k]) for k in ("latency_s", "per_message_s", "contention") if k in calib})
+        link_gbps = _calibrated_gbps(calib, bw)
+    kw.update(cluster_kwargs or {})
+    if latency_s is not None:
+        kw["latency_s"] = float(latency_s)
+    if per_message_s is not None:
+        kw["per_message_s"] = float(per_message_s)
+    for bad in ("n_workers", "arch", "bw_up_Bps", "bw_down_Bps"):
+        if bad in kw:
+            raise ValueError(f"cluster_kwargs must not set {bad} (use the argument of advise), but got cluster_kwargs={cluster_kwargs!r}.")
+    try:
+        cluster = Cluster(n_workers, arch, bw_up_Bps=link_gbps * GBPS, bw_down_Bps=link_gbps * GBPS, **kw)
+    except TypeError as exc:
+        raise ValueError(f"cluster_kwargs must hold Cluster arguments only, but got cluster_kwargs={cluster_kwargs!r} ({exc}).") from exc
+    if step_s is None:
+        step_s = measured_step if measured_step is not None else default_step_s(prof, cluster)
+        step_src = "measured (SGD momentum step)" if measured_step is not None else "simulator's update model"
+    else:
+        step_src = "given"
+    # autobyte's engine updates each layer as its messages land: same total step time
+    if step_s > 0:
+        cluster = cluster.replace(update_Bps=prof.total_bytes / step_s)
+    else:
+        cluster = cluster.replace(update_Bps=math.inf)
+
+    n = n_workers
+    comp_iter = float(prof.compute_s + step_s)
+    compute = Prediction("compute only (no communication)", comp_iter, n * prof.batch_size / comp_iter if comp_iter > 0 else math.inf)
+    ddp_preds: list[Prediction] = []
+    best_p = default_p = first_p = None
+    best_cap: float | None = None
+    first_mb: float | None = None
+    notes = []
+    if arch == "allreduce":
+        res, bi = _best_ddp(prof, cluster, caps, step_s, first_bucket_mb)
+        for cap, r in res:
+            label = "default" if cap is None else _fmt_mb(cap)
+            ddp_preds.append(Prediction(label, float(r.iter_time_s.mean()), r.samples_per_s))
+        default_p = Prediction("DDP default (25 MiB, 1 MiB first)", ddp_preds[0].iter_time_s, ddp_preds[0].samples_per_s)
+        best_cap = res[bi][0]
+        if best_cap is not None:
+            r = res[bi][1]
+            best_p = Prediction(f"DDP bucket_cap_mb={_fmt_mb(best_cap)} ({r.n_buckets} buckets)",
+                                float(r.iter_time_s.mean()), r.samples_per_s)
+        else:
+            best_p = default_p
+        if first_bucket_mb is not None:
+            notes.append(f"first bucket fixed at {first_bucket_mb:g} MiB for every bucket_cap_mb (first_bucket_mb).")
+        elif best_cap is not None and best_cap > 1:  # the advised size with a 1 MiB first bucket (bucket_cap_mb_list=[1, X])
+            rf = _ddp_predict(prof, cluster, best_cap, step_s, first=1.0)
+            first_p = Prediction(f"DDP bucket_cap_mb_list=[1, {_fmt_mb(best_cap)}]", float(rf.iter_time_s.mean()), rf.samples_per_s)
+            if first_p.samples_per_s > best_p.samples_per_s * (1 + TIE_TOLERANCE):
+                first_mb = 1.0
+        elif best_cap is None:  # the default with its first bucket as large as the others (what bucket_cap_mb=25 does)
+            rf = _ddp_predict(prof, cluster, DEFAULT_BUCKET_CAP_MB, step_s)
+            first_p = Prediction("DDP bucket_cap_mb=25 (25 MiB first)", float(rf.iter_time_s.mean()), rf.samples_per_s)
+    else:
+        notes.append("DDP all-reduces its buckets; with arch='ps' only autobyte's engine (MXNet KVStore) is advised.")
+    eng_cfg = None
+    eng_p = None
+    space = _engine_space()
+    if engine:
+        eng_cfg, sps, it = _best_engine(prof, cluster, space)
+        eng_p = Prediction(f"autobyte {eng_cfg}", it, sps)
+    rows = []
+    for g in sens:
+        lg = _calibrated_gbps(calib, g) if calib is not None else g
+        cg = cluster.replace(bw_up_Bps=lg * GBPS, bw_down_Bps=lg * GBPS)
+        if arch == "allreduce":
+            rr, bj = _best_ddp(prof, cg, caps, step_s, first_bucket_mb)
+            cap_j, dsp, dflt = rr[bj][0], rr[bj][1].samples_per_s, rr[0][1].samples_per_s
+        else:
+            cap_j, dsp, dflt = None, math.nan, math.nan
+        if engine:
+            ec, es, _ = _best_engine(prof, cg, space)
+        else:
+            ec, es = None, math.nan
+        rows.append(SensitivityRow(float(g), cap_j, dsp, dflt, ec, es, compute.samples_per_s))
+    srcs = {
+        "compute": compute_src,
+        "optimizer step": f"{step_s * 1e3:.2f} ms, {step_src}",
+        "link": f"{bw:g} Gbit/s given" + (f" ({link_gbps:.4g} Gbit/s of calibrated goodput)" if calib is not None else "")
+                + f"; latency {cluster.latency_s * 1e6:.4g} us/hop and {cluster.per_message_s * 1e6:.4g} us per message/bucket "
+                + ("(given)" if latency_s is not None or per_message_s is not None
+                   else "(calibrated: autobyte calibrate)" if calib is not None else "(simulator defaults)"),
+        "every iteration time and samples/s above": "simulator (autobyte.sim: simulate_ddp for DDP, simulate for autobyte's engine)",
+    }
+    srcs.update(sources or {})
+    notes.append("DDP simulated as it runs: buckets in reverse registration order, all-reduced one after the other as "
+                 "each fills, optimizer step after the last one, no overlap with the next forward.")
+    if first_bucket_mb is None:
+        notes.append("in this PyTorch an explicit bucket_cap_mb also sizes the first bucket (DDP keeps 1 MiB only for the "
+                     "default); bucket_cap_mb_list=[1, X] keeps a 1 MiB first bucket.")
+    return Advice(model=prof, cluster=cluster, bucket_cap_mb=best_cap, first_bucket_mb=first_mb, ddp=ddp_preds,
+                  ddp_best=best_p, ddp_default=default_p, first_bucket=first_p, engine_config=eng_cfg, engine=eng_p,
+                  compute=compute, sensitivity=rows, sources=srcs, notes=notes)
+
+
+def _load_calibration(calibration: str | dict[str, Any] | None) -> dict[str, Any] | None:
+    if calibration is None:
+        return None
+    if isinstance(calibration, str):
+        import json
+
+        try:
+            with open(calibration) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"calibration must be a readable calib_params.json, but got calibration={calibration!r} ({exc}).") from None
+        calibration = data.get("params", data) if isinstance(data, dict) else data
+    if not isinstance(calibration, dict) or not calibration:
+        raise ValueError(f"calibration must be a calib_params.json path or its 'params' dict, but got calibration={calibration!r}.")
+    for k, v in calibration.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"calibration['{k}'] must be a finite non-negative number, but got {v!r}.")
+    return calibration
+
+
+def _calibrated_gbps(calib: dict[str, Any], gbps: float) -> float:
+    eff = float(calib.get("efficiency", 1.0)) or 1.0
+    cap = float(calib.get("cap_Bps", math.inf)) or math.inf
+    return 1.0 / (1.0 / (eff * gbps * GBPS) + 1.0 / cap) / GBPS
+
+
+def profile_from_windows(windows: Sequence[WindowStats], tensor_bytes: Sequence[int], *, name: str = "running job") -> ModelProfile:
+    """A :class:`ModelProfile` from a running job's window statistics (one per rank, or one).
+
+    Per-tensor backward times are the mean over ranks of ``layer_backward_s``;
+    the forward time (``forward_s``, mean over ranks) is spread over the
+    tensors in proportion to their backward times; the batch size is
+    ``samples_per_s x iter_time_s``.
+
+    Raises:
+        ValueError: no window, windows without per-tensor times, or sizes that disagree.
+    """
+    ws = list(windows)
+    if not ws or not all(isinstance(w, WindowStats) for w in ws):
+        raise ValueError(f"windows must be a non-empty list of WindowStats, but got windows={windows!r}.")
+    tb = np.asarray(list(tensor_bytes), dtype=np.int64)
+    for w in ws:
+        if len(w.layer_backward_s) != tb.size:
+            raise ValueError(f"windows must hold one backward time per tensor ({tb.size} tensors), "
+                             f"but got a window with {len(w.layer_backward_s)} (was the window empty?).")
+        if w.n_iters < 1 or w.iter_time_s <= 0:
+            raise ValueError(f"windows must cover at least one iteration, but got n_iters={w.n_iters}, iter_time_s={w.iter_time_s}.")
+    bwd = np.mean([np.asarray(w.layer_backward_s, dtype=np.float64) for w in ws], axis=0)
+    fwd_total = float(np.mean([w.forward_s for w in ws]))
+    fwd = bwd / bwd.sum() * fwd_total if bwd.sum() > 0 else np.full(tb.size, fwd_total / tb.size)
+    batch = max(1, int(round(float(np.mean([w.samples_per_s * w.iter_time_s for w in ws])))))
+    keep = tb > 0
+    return ModelProfile(name, tb[keep], fwd[keep], bwd[keep], batch, device="measured")
+
+
+def advise_from_windows(windows: Sequence[WindowStats], tensor_bytes: Sequence[int], *, n_workers: int,
+                        bandwidth_gbps: float | None = None, **kwargs: Any) -> Advice:
+    """:func:`advise` for a running job, from the window statistics its engine collected.
+
+    Args:
+        windows: :class:`~autobyte.core.metrics.WindowStats` of one window
+            (one per rank, or this rank's only).
+        tensor_bytes: gradient bytes per tensor, in the windows' tensor order.
+        n_workers: data-parallel workers.
+        bandwidth_gbps: the link; default: measured in the window (achieved
+            payload rate x 2(n-1)/n, a lower bound of the link when messages were small).
+        **kwargs: passed to :func:`advise`.
+
+    Raises:
+        ValueError: see :func:`profile_from_windows` and :func:`advise`; no
+            bandwidth given and none measured.
+    """
+    prof = profile_from_windows(windows, tensor_bytes)
+    n_workers = check_int("n_workers", n_workers, minimum=2)
+    extra = dict(kwargs.pop("sources", None) or {})
+    extra["compute"] = (f"measured in the running job (window of {windows[0].n_iters} iterations: per-tensor backward, "
+                        f"forward, batch {prof.batch_size})")
+    if bandwidth_gbps is None:
+        bws = [w.bandwidth_Bps for w in windows if w.bandwidth_Bps > 0]
+        if not bws:
+            raise ValueError("bandwidth_gbps must be given when the windows measured no bandwidth (no message sent), "
+                             "but got bandwidth_gbps=None.")
+        bandwidth_gbps = float(min(bws)) * 2.0 * (n_workers - 1) / n_workers / GBPS
+        extra["bandwidth"] = f"{bandwidth_gbps:.3g} Gbit/s measured in the window (achieved, payload x 2(n-1)/n over busy time)"
+    return advise(prof, n_workers=n_workers, bandwidth_gbps=bandwidth_gbps, sources=extra, **kwargs)
+
+
+def advise_from_handle(handle: Any, **kwargs: Any) -> Advice:
+    """:func:`advise_from_windows` on a running engine's handle (``AutoByteCallback.handle``): this rank's window so far."""
+    if handle is None:
+        raise RuntimeError("no running engine: call advise_ddp() while fitting, after the first window.")
+    w = handle.window_stats(reset=False)
+    if w.n_iters < 1:
+        raise RuntimeError("no iteration measured yet: call advise_ddp() after the first window.")
+    tb = [t.nbytes for t in handle.scheduler.tensors]
+    kwargs.setdefault("n_workers", handle.world_size)
+    return advise_from_windows([w], tb, **kwargs)
