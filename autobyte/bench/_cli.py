@@ -50,11 +50,12 @@ def _bench(args: argparse.Namespace) -> int:
 def register_demo(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
-        help="train a real model with 2 local workers, plain DDP vs AutoByte, and show what AutoByte chose",
+        help="train a real model with 2 local workers: plain DDP, ByteScheduler's default, AutoByte; show what AutoByte chose",
         description="Needs nothing but this package; as root the workers get an emulated, changing network.",
     )
-    _trace_args(p, low_mbit=300.0, high_mbit=2000.0, every=20, iters=80)
-    p.add_argument("--tuner", default="autobyte", help="tuner for the second run (default autobyte)")
+    _trace_args(p, low_mbit=250.0, high_mbit=500.0, every=20, iters=80)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the three runs, for the median and spread (default 3)")
+    p.add_argument("--tuner", default="autobyte", help="tuner of the AutoByte run (default autobyte)")
     p.add_argument("--out", default=None, help="output folder (default runs/demo-<time>)")
     p.set_defaults(func=_demo)
 
@@ -62,6 +63,7 @@ def register_demo(sub: Any) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import DemoPlan, run_demo
 
-    plan = DemoPlan(iters=args.iters, every=args.every, low_mbit=args.low_mbit, high_mbit=args.high_mbit, tuner=args.tuner)
+    plan = DemoPlan(iters=args.iters, every=args.every, low_mbit=args.low_mbit, high_mbit=args.high_mbit, tuner=args.tuner,
+                    rounds=args.rounds)
     run_demo(plan, args.out or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S")))
     return 0
