@@ -143,8 +143,8 @@ def run_demo(plan: DemoPlan, out: str, log: Callable[[str], None] = print) -> di
         order = keys[rnd % len(keys):] + keys[:rnd % len(keys)]  # rotated: no method always runs first
         for key in order:
             job += 1
-            extra = f"(tuner={plan.tuner!r}, starting at ByteScheduler's default)" if key == "autobyte" else ""
-            log(f"[{job}/{n_jobs}] round {rnd + 1}/{plan.rounds}: {names[key]} {extra}, {plan.iters} iterations")
+            extra = f" (tuner={plan.tuner!r}, starting at ByteScheduler's default)" if key == "autobyte" else ""
+            log(f"[{job}/{n_jobs}] round {rnd + 1}/{plan.rounds}: {names[key]}{extra}, {plan.iters} iterations")
             runs[key].append(_run_job(_spec(key, plan), os.path.join(out, f"round{rnd + 1}", key), plan, shaped))
         with open(os.path.join(out, f"round{rnd + 1}", "autobyte", "decisions.jsonl")) as f:
             decisions.append([json.loads(line) for line in f])
