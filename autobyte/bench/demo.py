@@ -56,6 +56,11 @@ class DemoPlan:
         for name in ("iters", "every", "window_iters", "rounds"):
             check_int(name, getattr(self, name))
         check_rates(self.low_mbit, self.high_mbit)
+        from ..core.tuners import tuner_names
+
+        # Checked here, not by the callback in the AutoByte job: that job may run after the others.
+        if self.tuner not in tuner_names():
+            raise ValueError(f"tuner must be one of {tuner_names()}, but got tuner={self.tuner!r}.")
 
 
 def can_shape() -> tuple[bool, str]:
