@@ -57,18 +57,22 @@ def _rank(opts: dict[str, Any]) -> None:
     for method, threads in opts["modes"]:
         model = make_cnn()
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        if method == "ddp":
+        if method in ("ddp", "ddp+bcast"):
             runners.append((method, threads, torch.nn.parallel.DistributedDataParallel(model), opt, lambda: None))
         else:
             h = schedule(model, opt, partition_bytes=4_000_000, credit_bytes=16_000_000)
             runners.append((method, threads, model, opt, h.synchronize))
 
-    def run(net: Any, opt: Any, finish: Any, threads: int, n: int) -> list[list[float]]:
+    flag = torch.zeros(1, dtype=torch.int32)
+
+    def run(method: str, net: Any, opt: Any, finish: Any, threads: int, n: int) -> list[list[float]]:
         torch.set_num_threads(threads)
         dist.barrier()
         rows = []
         for i in range(n):
             t0, q0 = time.perf_counter(), _runqueue_s()
+            if method == "ddp+bcast":
+                dist.broadcast(flag, 0)  # what Lightning's _broadcast_sigterm_tensor does every step
             x, y = data[i % len(data)]
             opt.zero_grad()
             torch.nn.functional.cross_entropy(net(x), y).backward()
@@ -77,12 +81,12 @@ def _rank(opts: dict[str, Any]) -> None:
         finish()
         return rows
 
-    for _, threads, net, opt, finish in runners:
-        run(net, opt, finish, threads, 3)
+    for method, threads, net, opt, finish in runners:
+        run(method, net, opt, finish, threads, 3)
     got: dict[int, list[list[float]]] = {i: [] for i in range(len(runners))}
     for _ in range(int(opts["rounds"])):
-        for i, (_, threads, net, opt, finish) in enumerate(runners):
-            got[i] += run(net, opt, finish, threads, int(opts["iters"]))
+        for i, (method, threads, net, opt, finish) in enumerate(runners):
+            got[i] += run(method, net, opt, finish, threads, int(opts["iters"]))
     if rank == 0:
         for i, (method, threads, *_rest) in enumerate(runners):
             print(json.dumps({"job": "torch", "method": method, "threads": threads, "rows": got[i]}), flush=True)
@@ -104,7 +108,8 @@ def main() -> int:
     ap.add_argument("--lightning-iters", type=int, default=60, help="iterations of each Lightning run (part 2)")
     ap.add_argument("--mbit", type=float, default=None, help="shape the link to this rate (default: unshaped)")
     ap.add_argument("--no-lightning", action="store_true", help="part 1 only")
-    ap.add_argument("--modes", default="ddp:1,engine:1,ddp:2,engine:2", help="part 1's method:threads list")
+    ap.add_argument("--modes", default="ddp:1,engine:1,ddp:2,engine:2", help="part 1's method:threads list; methods: ddp, "
+                    "ddp+bcast (DDP plus a 1-element broadcast at every step, as Lightning does), engine")
     args = ap.parse_args()
 
     from autobyte.testbed import Testbed
