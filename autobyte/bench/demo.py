@@ -13,8 +13,9 @@ network namespaces whose link alternates between a fast and a slow rate
 demo says so. It ends with what AutoByte chose.
 
 Both default rates keep plain DDP link-bound on a 2-core host (the shaped
-iteration is 2-3x the unshaped one; ``benchmarks/demo_rates.py``), so the
-speed-ups measure the network scheduling, not the host.
+iteration measured 1.9x and 3.3x the unshaped one on a loaded machine;
+``benchmarks/demo_rates.py``), so the speed-ups measure the network
+scheduling, not the host. Every worker computes with one intra-op thread.
 """
 
 from __future__ import annotations

@@ -7,9 +7,12 @@ loopback :func:`autobyte._testing.launch` with ``NODE_RANK`` = rank).
 
 ``SPEC_JSON``: ``method`` is ``"ddp"`` (plain Lightning DDP), ``"static"`` or
 ``"tuner"`` (``AutoByteCallback`` with ``tuner`` and a start ``config``);
-``iters``, ``batch_size``, ``window_iters``. Rank 0 writes
-``OUT_DIR/iterations.jsonl`` and ``OUT_DIR/decisions.jsonl`` like
-:mod:`autobyte.bench.allreduce_ranks`, and shows Lightning's progress bar.
+``iters``, ``batch_size``, ``window_iters``, ``threads`` (torch intra-op
+threads per worker, default 1; ``null`` leaves Lightning's choice, which is
+``cpu_count // local processes``). Rank 0 writes
+``OUT_DIR/iterations.jsonl`` (with the thread count in force) and
+``OUT_DIR/decisions.jsonl`` like :mod:`autobyte.bench.allreduce_ranks`, and
+shows Lightning's progress bar.
 """
 
 from __future__ import annotations
