@@ -162,6 +162,7 @@ CASES: list[tuple[list[str], str]] = [
     (["demo", "--tuner", "fastest"], "--tuner must be one of autobyte, bo, grid, static, but got --tuner='fastest'."),
     # advise
     (["advise", "--workers", "1"], "--workers must be an integer >= 2, but got --workers=1."),
+    (["demo", "--rounds", "0"], "--rounds must be an integer in [1, 1000], but got --rounds=0."),
     (["demo", "--iters", "0"], "--iters must be an integer in [1, 10000000], but got --iters=0."),
     (["demo", "--every", "0"], "--every must be an integer in [1, 1000000]"),
     (["demo", "--low-mbit", "-1"], "--low-mbit must be a number of Mbit/s in (0, 1e+06]"),

@@ -75,16 +75,18 @@ def _tuner_arg(text: str) -> str:
 
 
 def register_demo(sub: Any) -> None:
-    from ..cli import out_arg
+    from ..cli import int_arg, out_arg
 
     p = sub.add_parser(
         "demo",
-        help="train a real model with 2 local workers, plain DDP vs AutoByte, and show what AutoByte chose",
+        help="train a real model with 2 local workers: plain DDP, ByteScheduler's default, AutoByte; show what AutoByte chose",
         description="Needs nothing but this package; as root the workers get an emulated, changing network.",
     )
-    _trace_args(p, low_mbit=300.0, high_mbit=2000.0, every=20, iters=80)
+    _trace_args(p, low_mbit=250.0, high_mbit=500.0, every=20, iters=80)
+    p.add_argument("--rounds", type=int_arg("--rounds", 1, 1000), default=3,
+                   help="rounds of the three runs, for the median and spread (default 3)")
     p.add_argument("--tuner", default="autobyte", type=_tuner_arg,
-                   help="tuner for the second run: autobyte, bo, grid or static (default autobyte)")
+                   help="tuner of the AutoByte run: autobyte, bo, grid or static (default autobyte)")
     p.add_argument("--out", default=None, type=out_arg("--out", kind="dir"), help="output folder (default runs/demo-<time>)")
     p.set_defaults(func=_demo)
 
@@ -95,7 +97,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     _check_trace_args(args)
     try:
-        plan = DemoPlan(iters=args.iters, every=args.every, low_mbit=args.low_mbit, high_mbit=args.high_mbit, tuner=args.tuner)
+        plan = DemoPlan(iters=args.iters, every=args.every, low_mbit=args.low_mbit, high_mbit=args.high_mbit, tuner=args.tuner,
+                        rounds=args.rounds)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     _run(run_demo, plan, args.out or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S")))

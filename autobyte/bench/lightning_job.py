@@ -7,9 +7,12 @@ loopback :func:`autobyte._testing.launch` with ``NODE_RANK`` = rank).
 
 ``SPEC_JSON``: ``method`` is ``"ddp"`` (plain Lightning DDP), ``"static"`` or
 ``"tuner"`` (``AutoByteCallback`` with ``tuner`` and a start ``config``);
-``iters``, ``batch_size``, ``window_iters``. Rank 0 writes
-``OUT_DIR/iterations.jsonl`` and ``OUT_DIR/decisions.jsonl`` like
-:mod:`autobyte.bench.allreduce_ranks`, and shows Lightning's progress bar.
+``iters``, ``batch_size``, ``window_iters``, ``threads`` (torch intra-op
+threads per worker, default 1; ``null`` leaves Lightning's choice, which is
+``cpu_count // local processes``). Rank 0 writes
+``OUT_DIR/iterations.jsonl`` (with the thread count in force) and
+``OUT_DIR/decisions.jsonl`` like :mod:`autobyte.bench.allreduce_ranks`, and
+shows Lightning's progress bar.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ def main(argv: list[str] | None = None) -> None:
     from ..testbed import notify_iteration
     from .models import make_cnn, synthetic_batches
 
-    torch.set_num_threads(int(spec.get("threads", 1)))
+    threads = spec.get("threads", 1)
+    if threads is not None:
+        # Lightning's launcher sets torch's intra-op threads to cpu_count // local processes unless
+        # OMP_NUM_THREADS is set: 2 threads per worker on 2 cores (one process per "node") oversubscribes
+        # the host and gives DDP a heavy tail (docs/benchmarks.md, "Where DDP's slow iterations came from").
+        # ``"threads": null`` leaves the choice to Lightning (benchmarks/ddp_tail.py shows both).
+        os.environ["OMP_NUM_THREADS"] = str(int(threads))
+        torch.set_num_threads(int(threads))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     iters = int(spec.get("iters", 60))
@@ -65,14 +75,16 @@ def main(argv: list[str] | None = None) -> None:
             if trainer.global_rank == 0:
                 notify_iteration(trainer.global_step)
             if self._start is not None:
-                self.rows.append({"iteration": trainer.global_step - 1, "seconds": now - self._start, "config": _config()})
+                self.rows.append({"iteration": trainer.global_step - 1, "seconds": now - self._start, "config": _config(),
+                                  "threads": torch.get_num_threads()})
             self._start = time.perf_counter()
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             if autobyte is not None and autobyte.handle is not None:
                 autobyte.handle.synchronize()
             if self._start is not None:
-                self.rows.append({"iteration": trainer.global_step - 1, "seconds": time.perf_counter() - self._start, "config": _config()})
+                self.rows.append({"iteration": trainer.global_step - 1, "seconds": time.perf_counter() - self._start,
+                                  "config": _config(), "threads": torch.get_num_threads()})
 
     autobyte: AutoByteCallback | None = None
     if spec["method"] != "ddp":

@@ -24,6 +24,26 @@ def test_plans_reject_bad_arguments(cls, kw, match):
         cls(**kw)
 
 
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"rounds": 0}, "rounds must be a positive integer, but got rounds=0"),
+        ({"rounds": True}, "rounds must be a positive integer, but got rounds=True"),
+        ({"tuner": "fastest"}, "tuner must be one of .*, but got tuner='fastest'"),
+    ],
+)
+def test_demo_plan_rejects_bad_rounds_and_tuner(kw, match):
+    with pytest.raises(ValueError, match=match):
+        DemoPlan(**kw)
+
+
+def test_demo_plan_accepts_every_tuner_name():
+    from autobyte.core.tuners import tuner_names
+
+    for name in tuner_names():
+        assert DemoPlan(tuner=name, rounds=1).tuner == name
+
+
 def test_bench_methods_must_be_known():
     with pytest.raises(ValueError, match="methods must be a non-empty subset"):
         BenchPlan(methods=["ddp", "magic"])
