@@ -27,6 +27,7 @@ alone, and each module's next forward waits only for its own parameters
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import queue
@@ -38,7 +39,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from ._imports import require_torch
 torch = require_torch()
 import torch.distributed as dist  # noqa: E402
 
-__all__ = ["PeerLostError", "ScheduledTraining", "schedule"]
+__all__ = ["CollectiveMismatchError", "PeerLostError", "ScheduledTraining", "schedule"]
 
 #: Optimizers whose update needs every gradient at once: refused in overlap mode.
 _GLOBAL_OPTIMIZERS = ("LBFGS",)
@@ -61,6 +62,14 @@ _GLOBAL_OPTIMIZERS = ("LBFGS",)
 
 class PeerLostError(RuntimeError):
     """A peer rank stopped answering (crashed, killed, or hung past the timeout)."""
+
+
+class CollectiveMismatchError(RuntimeError):
+    """Ranks reached different collective calls (e.g. ``reconfigure()`` called on one rank only)."""
+
+
+#: What a control collective is for; every rank announces it in a fixed-size header first.
+_CONTROL_KINDS = {1: "start-up", 2: "buffer broadcast", 3: "tuning window", 4: "reconfigure()", 5: "issue-order broadcast"}
 
 
 @dataclass
@@ -98,6 +107,7 @@ class ScheduledTraining:
         window_iters: int = 10,
         warmup_iters: int = 2,
         on_decision: Callable[[int, Decision | None, Config], None] | None = None,
+        verbose: bool = False,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -105,11 +115,14 @@ class ScheduledTraining:
         self.timeout_s = timeout_s
         self.broadcast_buffers = broadcast_buffers
         self.on_decision = on_decision
+        self.verbose = verbose
         self.iteration_hooks = iteration_hooks
 
-        self.params = _unique_trainable(model)
+        # Zero-size parameters carry no gradient element: nothing to average (DDP skips them the same way).
+        self.params = [p for p in _unique_trainable(model) if p.numel() > 0]
         if not self.params:
-            raise ValueError("model has no trainable parameters (every parameter has requires_grad=False); there is nothing to synchronise.")
+            raise ValueError("model has no trainable parameters with elements (every parameter has requires_grad=False or numel 0); there is nothing to synchronise.")
+        _refuse_sparse(model)
         in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]} if optimizer is not None else set()
         missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_opt]
         if optimizer is not None and missing:
@@ -136,6 +149,8 @@ class ScheduledTraining:
         self.iteration = -1
         self._in_iteration = False
         self._batch = 0
+        self._no_sync = False
+        self._stepped = True  # whether optimizer.step() ran since the last backward (overlap mode)
         self._order: list[int] = list(range(len(self.scheduler.messages)))
         self._error: BaseException | None = None
         self._closed = False
@@ -162,10 +177,17 @@ class ScheduledTraining:
             # Gradient traffic runs on its own group, issued by one thread, so the
             # main thread's own collectives (buffers, statistics) never interleave with it.
             self.comm_group = dist.new_group(ranks=ranks, backend=backend, timeout=timedelta(seconds=timeout_s))
+            # Every control collective (start-up, buffers, statistics, decisions, reconfigure) runs on a
+            # group of its own with the same timeout: a hung peer can never hold the main thread for
+            # longer than timeout_s (the user's default group may have torch's 30-minute timeout).
+            self.ctl_group = dist.new_group(ranks=ranks, backend=backend, timeout=timedelta(seconds=timeout_s))
+            self._src = dist.get_global_rank(self.ctl_group, 0)
             self.device = self.params[0].device
             # NCCL collectives need device tensors; gloo takes CPU tensors.
             self._cdev = self.device if backend == "nccl" else torch.device("cpu")
             self._peers = self._exchange_identity()
+            n_state = sum(t.numel() for t in list(self.params) + list(self.model.buffers()))
+            self._control(1, len(self.params), n_state)
             self._agree_on_start()
             self._broadcast_state()
             self._ready_q: "queue.Queue[tuple]" = queue.Queue()
@@ -198,15 +220,15 @@ class ScheduledTraining:
         """Every rank's (host hash, pid), to name a lost peer later."""
         me = torch.tensor([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=torch.int64, device=self._cdev)
         out = [torch.zeros_like(me) for _ in range(self.world_size)]
-        self._collective(lambda: dist.all_gather(out, me, group=self.group))
+        self._collective(lambda: dist.all_gather(out, me, group=self.ctl_group))
         return [(int(t[0]), int(t[1])) for t in out]
 
     def _agree_on_start(self) -> None:
         """Every rank starts from rank 0's configuration (a tuner may pick a random first probe)."""
         cfg = self.scheduler.config
         msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes], dtype=torch.int64, device=self._cdev)
-        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
-        self._collective(lambda: dist.broadcast(msg, src, group=self.group))
+        src = self._src
+        self._collective(lambda: dist.broadcast(msg, src, group=self.ctl_group))
         agreed = Config(int(msg[0]), int(msg[1]))
         if agreed != cfg:
             self.scheduler = Scheduler(self.tensors, agreed)
@@ -216,10 +238,10 @@ class ScheduledTraining:
 
     def _broadcast_state(self) -> None:
         """Start from rank 0's parameters and buffers, as DDP does."""
-        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        src = self._src
         with torch.no_grad():
             for t in list(self.params) + [b for b in self.model.buffers()]:
-                self._collective(lambda t=t: dist.broadcast(t.data, src, group=self.group))
+                self._collective(lambda t=t: dist.broadcast(t.data, src, group=self.ctl_group))
 
     def _install_hooks(self) -> None:
         m = self.model
@@ -251,6 +273,11 @@ class ScheduledTraining:
     def _root_pre_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
         if not (torch.is_grad_enabled() and module.training):
             return  # evaluation forward: not an iteration
+        if self._no_sync:
+            # A micro-batch accumulated locally belongs to the next synchronised step
+            # (DDP's no_sync: no buffer broadcast, no communication).
+            self._batch += _batch_size(args, kwargs)
+            return
         self.begin_iteration(_batch_size(args, kwargs))
 
     def begin_iteration(self, batch: int = 1) -> int:
@@ -261,6 +288,15 @@ class ScheduledTraining:
         made with ``iteration_hooks=False``. Returns the iteration number.
         """
         self._raise_if_failed()
+        if self.active and self.overlap and self.optimizer is not None and not self._stepped and self._backward_iter == self.iteration >= 0:
+            self._stepped = True  # said once; the caller fixes the loop
+            raise RuntimeError(
+                f"autobyte: iteration {self.iteration} ran backward() but not optimizer.step() before the next training forward. "
+                "With overlap=True each parameter is updated as soon as its averaged gradient arrives, during backward(), "
+                "so several backward() per step() would apply several updates. For gradient accumulation, run the "
+                "micro-batches before the last one inside `with handle.no_sync():` (as with DDP), or pass overlap=False."
+            )
+        self._stepped = False
         now = time.perf_counter()
         with self._stats_lock:
             if self._in_iteration:
@@ -314,6 +350,13 @@ class ScheduledTraining:
 
     def _make_grad_hook(self, i: int) -> Callable[[Any], None]:
         def hook(p: Any) -> None:
+            if self._no_sync:
+                return  # accumulated locally; averaged with the next synchronised backward
+            if p.grad is not None and p.grad.layout != torch.strided:
+                self._fail(ValueError(
+                    f"parameter {self.tensors[i].name!r} got a {p.grad.layout} gradient; autobyte averages dense gradients only."
+                ))
+                raise self._error  # type: ignore[misc]
             now = time.perf_counter()
             with self._stats_lock:
                 self.stats.grad_ready(i, now)
@@ -353,6 +396,7 @@ class ScheduledTraining:
             with torch.enable_grad():
                 loss = closure()
         self._raise_if_failed()
+        self._stepped = True
         self.optimizer._opt_called = True  # type: ignore[attr-defined]  # keeps lr_scheduler's order check quiet
         return loss
 
@@ -368,10 +412,11 @@ class ScheduledTraining:
         bufs = [b for b in self.model.buffers() if b.numel()]
         if not bufs:
             return
-        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        src = self._src
         with torch.no_grad():
             flat = torch.cat([b.detach().reshape(-1).to(torch.float64) for b in bufs])
-            self._collective(lambda: dist.broadcast(flat, src, group=self.group))
+            self._control(2, len(bufs), flat.numel())
+            self._collective(lambda: dist.broadcast(flat, src, group=self.ctl_group), "rank 0's buffers")
             off = 0
             for b in bufs:
                 n = b.numel()
@@ -386,11 +431,13 @@ class ScheduledTraining:
         windows = [mine]
         if self.active:
             vec = torch.tensor(mine.to_vector(), dtype=torch.float64, device=self._cdev)
+            self._control(3, vec.numel())
             out = [torch.zeros_like(vec) for _ in range(self.world_size)]
-            self._collective(lambda: dist.all_gather(out, vec, group=self.group))
+            self._collective(lambda: dist.all_gather(out, vec, group=self.ctl_group), "every rank's window statistics")
             windows = [WindowStats.from_vector(v.cpu().numpy()) for v in out]
         self._learn_estimates(windows)
         decision, observed = None, False
+        previous = self.scheduler.config
         if self.rank == 0:
             seen = self.controller.n_windows
             decision = self.controller.decide(it, windows)
@@ -398,8 +445,8 @@ class ScheduledTraining:
         cfg = decision.config if decision is not None else self.scheduler.config
         if self.active:
             msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, int(decision is not None), int(observed)], dtype=torch.int64, device=self._cdev)
-            src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
-            self._collective(lambda: dist.broadcast(msg, src, group=self.group))
+            src = self._src
+            self._collective(lambda: dist.broadcast(msg, src, group=self.ctl_group), "rank 0's decision")
             cfg, observed = Config(int(msg[0]), int(msg[1])), bool(msg[3])
         if cfg != self.scheduler.config:
             self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=it, reason=decision.reason if decision else "rank 0")
@@ -407,6 +454,8 @@ class ScheduledTraining:
             self._order = self._planned_order()
         if self.on_decision is not None and observed:  # a window ended (checks in between are silent)
             self.on_decision(it, decision, cfg)
+        if self.verbose and self.rank == 0 and decision is not None and observed:
+            print(f"AutoByte reconfigured at iteration {it}: {previous} -> {cfg}: {decision.reason}", flush=True)
 
     def _learn_estimates(self, windows: Sequence[WindowStats]) -> None:
         self._layer_estimate = np.mean([w.layer_backward_s for w in windows], axis=0)
@@ -438,8 +487,9 @@ class ScheduledTraining:
             )
         if self.active:
             tensor = torch.tensor(order, dtype=torch.int64, device=self._cdev)
-            src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
-            self._collective(lambda: dist.broadcast(tensor, src, group=self.group))
+            src = self._src
+            self._control(5, len(order))
+            self._collective(lambda: dist.broadcast(tensor, src, group=self.ctl_group), "rank 0's issue order")
             order = [int(x) for x in tensor]
         return order
 
@@ -448,22 +498,73 @@ class ScheduledTraining:
         """Switch to ``<partition_bytes, credit_bytes>`` at an iteration boundary.
 
         A collective call: every rank must call it with the same values.
+        Called before the first training step, the configuration applies
+        from the first step; a call for the configuration in force (with
+        nothing else pending) changes nothing.
 
         Raises:
-            TypeError, ValueError: invalid sizes, or ranks disagree.
+            TypeError, ValueError: invalid sizes or iteration, or ranks disagree.
+            CollectiveMismatchError: called on some ranks only (the others
+                reached another collective call).
+            PeerLostError: a peer did not call it within ``timeout_s``.
         """
         cfg = Config(partition_bytes, credit_bytes)
-        at = self.iteration + 1 if at_iteration is None else at_iteration
+        self.scheduler.check_config(cfg)
+        if at_iteration is not None and (isinstance(at_iteration, bool) or not isinstance(at_iteration, int)):
+            raise TypeError(f"at_iteration must be an integer or None, but got at_iteration={at_iteration!r}.")
+        first = max(self.iteration + 1, 0)
+        at = first if at_iteration is None else at_iteration
+        if at < first:
+            raise ValueError(f"at_iteration must be at least the next iteration {first}, but got at_iteration={at}.")
+        self._raise_if_failed()
         if self.active:
+            self._control(4)
             mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at], dtype=torch.int64, device=self._cdev)
             out = [torch.zeros_like(mine) for _ in range(self.world_size)]
-            self._collective(lambda: dist.all_gather(out, mine, group=self.group))
+            self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), "reconfigure() on every rank")
             seen = [tuple(int(x) for x in t) for t in out]
             if len(set(seen)) > 1:
                 detail = ", ".join(f"rank {r}: partition_bytes={s[0]}, credit_bytes={s[1]}, at_iteration={s[2]}" for r, s in enumerate(seen))
                 raise ValueError(f"reconfigure must be called with the same arguments on every rank, but got {detail}.")
+        if self.iteration < 0 and at == 0:
+            # Nothing ran yet: the first step starts with this plan.
+            if cfg != self.scheduler.config or self.scheduler.pending is not None:
+                self.scheduler = Scheduler(self.tensors, cfg)
+                self._order = list(range(len(self.scheduler.messages)))
+            if self.controller is not None:
+                self.controller.current = cfg
+            return cfg
+        if cfg == self.scheduler.config and self.scheduler.pending is None:
+            return cfg  # already in force: nothing to do
         self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason="user")
         return cfg
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients locally, as ``DistributedDataParallel.no_sync()``.
+
+        Backward passes inside the context add into ``.grad`` without any
+        communication; the first backward outside it averages the sum, so
+        ``N`` micro-batches cost one communication round per optimizer step::
+
+            for i, (x, y) in enumerate(loader):
+                ctx = handle.no_sync() if (i + 1) % N else contextlib.nullcontext()
+                with ctx:
+                    loss_fn(model(x), y).backward()
+                if (i + 1) % N == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+        Training forwards inside the context do not start an iteration (nor
+        broadcast buffers), as in DDP. With ``overlap=True`` the update of
+        the accumulated gradient is applied during the last backward.
+        """
+        prev = self._no_sync
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = prev
 
     def start_trace(self) -> Timeline:
         """Record compute and each message's communication from now on."""
@@ -540,11 +641,40 @@ class ScheduledTraining:
                 self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=self.iteration + 1, reason="restored")
 
     # --------------------------------------------------------------- failures
-    def _collective(self, fn: Callable[[], Any]) -> Any:
+    def _collective(self, fn: Callable[[], Any], what: str = "") -> Any:
         try:
             return fn()
         except RuntimeError as exc:
-            raise self._lost(exc) from exc
+            err = self._lost(exc, what)
+            self._fail(err)
+            raise err from exc
+
+    def _control(self, kind: int, a: int = 0, b: int = 0) -> None:
+        """Announce the next control collective and check that every rank announced the same one.
+
+        A fixed-size header is all-gathered first, so ranks that reached
+        different calls (a collective method called on one rank only) get
+        :class:`CollectiveMismatchError` instead of a size-mismatched
+        collective, which gloo answers by aborting the process.
+        """
+        mine = torch.tensor([kind, a, b, self.iteration], dtype=torch.int64, device=self._cdev)
+        out = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), f"the {_CONTROL_KINDS[kind]} of every rank")
+        seen = [tuple(int(x) for x in t) for t in out]
+        if len(set(seen)) == 1:
+            return
+        detail = ", ".join(f"rank {r}: {_CONTROL_KINDS.get(k, f'kind {k}')} ({x}, {y}) at iteration {i}" for r, (k, x, y, i) in enumerate(seen))
+        hint = ""
+        if any(k == 4 for k, *_ in seen):
+            hint = " reconfigure() is a collective call: call it on every rank, at the same point, with the same arguments."
+        elif all(k == 1 for k, *_ in seen):
+            hint = " The (parameter count, element count) differ: every rank must schedule the same model."
+        err = CollectiveMismatchError(
+            f"autobyte: ranks reached different collective calls: {detail}. Every rank must make the same calls in the same order;{hint} "
+            f"Rank {self.rank} stops here."
+        )
+        self._fail(err)
+        raise err
 
     def _wait(self, ev: threading.Event, what: str) -> None:
         if not ev.wait(self.timeout_s):
@@ -570,39 +700,52 @@ class ScheduledTraining:
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             err = self._error
-            raise self._lost(err) from err
+            lost = self._lost(err)
+            if lost is err:
+                raise err
+            raise lost from err
 
-    def _lost(self, exc: BaseException) -> PeerLostError:
-        if isinstance(exc, PeerLostError):
-            return exc
+    def _lost(self, exc: BaseException, what: str = "") -> BaseException:
+        if isinstance(exc, (PeerLostError, CollectiveMismatchError, ValueError, TypeError)):
+            return exc  # not a communication failure: reported as is
         host = zlib.crc32(socket.gethostname().encode())
         dead: list[str] = []
-        unknown: list[str] = []
         peers = [(r, h, pid) for r, (h, pid) in enumerate(getattr(self, "_peers", [])) if r != self.rank]
         local = [(r, pid) for r, h, pid in peers if h == host]
-        unknown = [f"rank {r}" for r, h, _ in peers if h != host]
+        remote = [f"rank {r}" for r, h, _ in peers if h != host]
         # A crashing peer may take a moment to exit: look for up to 2 s.
         deadline = time.monotonic() + 2.0
         while local and not dead:
-            dead = [f"rank {r} (pid {pid}, exited)" for r, pid in local if not _pid_alive(pid)]
+            dead = [f"rank {r} (pid {pid}, exited)" for r, pid in local if _pid_state(pid) == "exited"]
             if dead or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+        stopped = [f"rank {r} (pid {pid}, stopped by a signal)" for r, pid in local if _pid_state(pid) == "stopped"]
         if dead:
             who = "lost peer: " + ", ".join(dead)
-        elif unknown:
-            who = "peer not answering, one of: " + ", ".join(unknown)
+        elif stopped:
+            who = "peer not answering: " + ", ".join(stopped)
+        elif len(peers) == 1:
+            r, _, pid = peers[0]
+            who = f"peer not answering: rank {r} (pid {pid}{', on another host' if remote else ', running'}): hung, overloaded, or the network is down"
         else:
-            who = "no local peer exited; a peer is hung or the network is down"
-        return PeerLostError(f"autobyte: rank {self.rank} stopped at iteration {self.iteration}: {who} ({type(exc).__name__}: {exc}). Timeout is timeout_s={self.timeout_s:g}.")
+            others = [f"rank {r} (pid {pid}, running)" for r, pid in local] + [f"{x} (another host)" for x in remote]
+            who = "peer not answering, one of: " + ", ".join(others)
+        during = f" waiting for {what}" if what else ""
+        return PeerLostError(
+            f"autobyte: rank {self.rank} stopped at iteration {self.iteration}{during}: {who} ({type(exc).__name__}: {exc}). "
+            f"Timeout is timeout_s={self.timeout_s:g}."
+        )
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-        for ev in self._updated:
+        for ev in getattr(self, "_updated", []):
             ev.set()
-        with self._cv:
-            self._cv.notify_all()
+        cv = getattr(self, "_cv", None)
+        if cv is not None:
+            with cv:
+                cv.notify_all()
 
     # ------------------------------------------------------- background threads
     def _issue_loop(self) -> None:
@@ -811,19 +954,22 @@ class ScheduledTraining:
         self._updated[t].set()
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` on this host is running (zombies count as exited)."""
+def _pid_state(pid: int) -> str:
+    """``"exited"`` (zombies count), ``"stopped"`` (SIGSTOP, a debugger) or ``"running"`` for process ``pid`` on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return "exited"
     except PermissionError:
-        return True
+        return "running"
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            state = f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
-        return True
+        return "running"
+    if state in ("Z", "X"):
+        return "exited"
+    return "stopped" if state in ("T", "t") else "running"
 
 
 def _unique_trainable(model: Any) -> list[Any]:
@@ -834,6 +980,17 @@ def _unique_trainable(model: Any) -> list[Any]:
             seen.add(id(p))
             out.append(p)
     return out
+
+
+def _refuse_sparse(model: Any) -> None:
+    """Refuse modules that produce sparse gradients (``nn.Embedding(sparse=True)``, ``nn.EmbeddingBag(sparse=True)``)."""
+    for name, mod in model.named_modules():
+        if getattr(mod, "sparse", False) is True and any(p.requires_grad for p in mod.parameters(recurse=False)):
+            pname = next(f"{name}.{n}" if name else n for n, p in mod.named_parameters(recurse=False) if p.requires_grad)
+            raise ValueError(
+                f"parameter {pname!r} gets sparse gradients ({type(mod).__name__}(sparse=True)); autobyte averages dense "
+                f"gradients only. Construct it with sparse=False (the trained values are the same, the gradient is sent dense)."
+            )
 
 
 def _batch_size(args: tuple, kwargs: dict) -> int:
@@ -859,6 +1016,7 @@ def schedule(
     warmup_iters: int = 2,
     on_decision: Callable[[int, Decision | None, Config], None] | None = None,
     iteration_hooks: bool = True,
+    verbose: bool | None = None,
 ) -> ScheduledTraining:
     """Take over gradient synchronisation of ``model`` with scheduled all-reduce.
 
@@ -892,13 +1050,18 @@ def schedule(
             ``(iteration, decision or None, config in force)``.
         iteration_hooks: find iteration boundaries from the model's training
             forwards; False: call :meth:`ScheduledTraining.begin_iteration`.
+        verbose: print one line per reconfiguration on rank 0 (iteration,
+            old and new configuration, reason). Default: on, unless
+            ``on_decision`` is given (the framework callbacks report decisions themselves).
 
     Returns:
         A :class:`ScheduledTraining` handle.
 
     Raises:
         TypeError, ValueError: invalid sizes or timeout, a model without
-            trainable parameters, a global optimizer in overlap mode.
+            trainable parameters, a global optimizer in overlap mode, a
+            module with sparse gradients (named), a partition size that
+            would plan more than ``autobyte.core.scheduler.MAX_MESSAGES`` messages.
 
     Example:
         >>> handle = schedule(model, opt, partition_bytes=1 << 20, credit_bytes=4 << 20)  # doctest: +SKIP
@@ -922,4 +1085,5 @@ def schedule(
         model, optimizer, config, process_group=process_group, overlap=overlap, broadcast_buffers=broadcast_buffers,
         timeout_s=float(timeout_s), tuner=tuner, space=space, window_iters=window_iters, warmup_iters=warmup_iters,
         on_decision=on_decision, iteration_hooks=iteration_hooks,
+        verbose=(on_decision is None) if verbose is None else bool(verbose),
     )
