@@ -276,7 +276,7 @@ class ScheduledTraining:
         if self._no_sync:
             # A micro-batch accumulated locally belongs to the next synchronised step
             # (DDP's no_sync: no buffer broadcast, no communication).
-            self._batch += _batch_size(args, kwargs)
+            self.add_samples(_batch_size(args, kwargs))
             return
         self.begin_iteration(_batch_size(args, kwargs))
 
@@ -335,6 +335,10 @@ class ScheduledTraining:
                 self._in_iteration = True
         self._batch = batch
         return it
+
+    def add_samples(self, batch: int) -> None:
+        """Count ``batch`` samples of a micro-batch accumulated under :meth:`no_sync` toward the current step."""
+        self._batch += int(batch)
 
     def forward_done(self) -> None:
         """Mark the end of the forward pass (called by the model's forward hook)."""
@@ -659,7 +663,8 @@ class ScheduledTraining:
         """
         mine = torch.tensor([kind, a, b, self.iteration], dtype=torch.int64, device=self._cdev)
         out = [torch.zeros_like(mine) for _ in range(self.world_size)]
-        self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), f"the {_CONTROL_KINDS[kind]} of every rank")
+        what = "the other ranks to call reconfigure() (a collective call: every rank must call it)" if kind == 4 else f"the {_CONTROL_KINDS[kind]} of every rank"
+        self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), what)
         seen = [tuple(int(x) for x in t) for t in out]
         if len(set(seen)) == 1:
             return
