@@ -720,12 +720,13 @@ class ScheduledTraining:
         remote = [f"rank {r}" for r, h, _ in peers if h != host]
         # A crashing peer may take a moment to exit: look for up to 2 s.
         deadline = time.monotonic() + 2.0
-        while local and not dead:
+        stopped: list[str] = []
+        while local:
             dead = [f"rank {r} (pid {pid}, exited)" for r, pid in local if _pid_state(pid) == "exited"]
-            if dead or time.monotonic() > deadline:
+            stopped = [f"rank {r} (pid {pid}, stopped by a signal)" for r, pid in local if _pid_state(pid) == "stopped"]
+            if dead or stopped or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        stopped = [f"rank {r} (pid {pid}, stopped by a signal)" for r, pid in local if _pid_state(pid) == "stopped"]
         if dead:
             who = "lost peer: " + ", ".join(dead)
         elif stopped:
