@@ -195,6 +195,13 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         return self._generate_state_key(tuner=name)
 
     @property
+    def _live(self) -> _engine.ScheduledTraining:
+        """The handle while fitting (the hooks that use it run only then)."""
+        if self.handle is None:
+            raise RuntimeError("AutoByteCallback: the engine is not running (fitting has not started).")
+        return self.handle
+
+    @property
     def config(self) -> Config:
         """The configuration in force (the initial one before fitting)."""
         if self.handle is not None:
@@ -302,25 +309,25 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             # synchronised step, as in DDP: only the step's last micro-batch starts an iteration.
             self._accumulating = trainer.accumulate_grad_batches > 1 and bool(trainer.fit_loop._should_accumulate())
             if self._accumulating:
-                self.handle.add_samples(_batch_size(batch))
+                self._live.add_samples(_batch_size(batch))
             else:
-                self.handle.begin_iteration(_batch_size(batch))
+                self._live.begin_iteration(_batch_size(batch))
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
         if self._active and not self._accumulating:
-            self.handle.forward_done()
+            self._live.forward_done()
 
     @contextlib.contextmanager
     def _block_backward_sync(self) -> Iterator[None]:
         if self._active:
-            with self.handle.no_sync():
+            with self._live.no_sync():
                 yield
         else:
             yield
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._active:
-            cfg = self.handle.config
+            cfg = self._live.config
             pl_module.log("autobyte/partition_bytes", float(cfg.partition_bytes), on_step=True, on_epoch=False, batch_size=1)
             pl_module.log("autobyte/credit_bytes", float(cfg.credit_bytes), on_step=True, on_epoch=False, batch_size=1)
 
@@ -328,7 +335,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         trainer = self._trainer
         if trainer is None or not trainer.is_global_zero or not self._active:
             return
-        ctl = self.handle.controller
+        ctl = self._live.controller
         last = ctl.history[-1] if ctl is not None and ctl.history and ctl.history[-1]["iteration"] == iteration else {}
         record: dict[str, Any] = {
             "step": int(trainer.global_step), "iteration": iteration,
@@ -356,7 +363,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             text += f" (predicted {decision.predicted_speed:.1f} samples/s, observed {record['observed_speed']:.1f})"
         for logger in trainer.loggers:
             experiment = getattr(logger, "experiment", None)
-            if "TensorBoardLogger" in _mro_names(logger) and hasattr(experiment, "add_text"):
+            if "TensorBoardLogger" in _mro_names(logger) and experiment is not None and hasattr(experiment, "add_text"):
                 experiment.add_text("autobyte/reconfiguration", text, trainer.global_step)
         if self._log_dir:
             os.makedirs(self._log_dir, exist_ok=True)
@@ -386,7 +393,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         if not self._active:
             return
         try:
-            self.handle.close()
+            self._live.close()
         finally:
             self._active = False
             self._trainer = None

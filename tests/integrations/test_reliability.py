@@ -150,3 +150,14 @@ def test_lightning_accumulation_matches_ddp_with_ddps_rounds(tmp_path):
             assert got["rounds"] == d["ddp_rounds"], got  # one communication round per optimizer step, as DDP
             assert got["max_abs_diff"] < 1e-6, got
             assert got["losses"] == pytest.approx(d["ddp_losses"], rel=1e-5, abs=1e-6)
+
+
+def test_plain_pytorch_prints_one_line_per_reconfiguration_on_rank_0(tmp_path):
+    res = launch([WORKER, "verbose", str(tmp_path), "{}"], 2, timeout_s=120)
+    for r in res:
+        assert r.returncode == 0, r.stderr[-3000:]
+    loud, quiet = res[0].stdout.split("PHASE quiet=True")
+    lines = [x for x in loud.splitlines() if x.startswith("AutoByte reconfigured at iteration ")]
+    assert lines and all(" -> " in x and "grid search" in x for x in lines), loud
+    assert "AutoByte reconfigured" not in quiet  # on_decision given: the caller reports decisions
+    assert "AutoByte reconfigured" not in res[1].stdout  # rank 0 only

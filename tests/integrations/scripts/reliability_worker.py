@@ -226,6 +226,25 @@ def main() -> None:
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump(result, f)
 
+    elif scenario == "verbose":
+        # Plain PyTorch users see one line per reconfiguration on rank 0, unless on_decision takes over.
+        from autobyte.core import Config, SearchSpace
+        from autobyte.core.tuners import GridTuner
+
+        space = SearchSpace([Config(1 * KiB, 2 * KiB), Config(2 * KiB, 8 * KiB)])
+        for quiet in (False, True):
+            m, o = make()
+            seen: list = []
+            h = schedule(m, o, partition_bytes=1 * KiB, credit_bytes=2 * KiB, tuner=GridTuner(space), space=space,
+                         window_iters=2, warmup_iters=0, on_decision=(lambda *a: seen.append(a)) if quiet else None)
+            print(f"PHASE quiet={quiet}", flush=True)
+            for x, y in data(rank, 12):
+                o.zero_grad()
+                loss_of(m, x, y).backward()
+                o.step()
+            h.synchronize()
+            h.close()
+
     dist.destroy_process_group()
 
 
