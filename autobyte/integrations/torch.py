@@ -88,7 +88,8 @@ class ScheduledTraining:
     Use :meth:`reconfigure` to change ``<partition_bytes, credit_bytes>`` (a
     collective call: every rank must pass the same values), :meth:`synchronize`
     before reading parameters outside the training loop, :meth:`window_stats`
-    for statistics and :meth:`close` to restore the model and optimizer.
+    for statistics, :meth:`no_sync` for gradient accumulation and :meth:`close`
+    to restore the model and optimizer.
     """
 
     def __init__(
