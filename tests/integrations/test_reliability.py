@@ -161,3 +161,16 @@ def test_plain_pytorch_prints_one_line_per_reconfiguration_on_rank_0(tmp_path):
     assert lines and all(" -> " in x and "grid search" in x for x in lines), loud
     assert "AutoByte reconfigured" not in quiet  # on_decision given: the caller reports decisions
     assert "AutoByte reconfigured" not in res[1].stdout  # rank 0 only
+
+
+def test_lightning_stopped_peer_is_bounded_by_the_strategy_timeout_plus_timeout_s(tmp_path):
+    pytest.importorskip("lightning.pytorch")
+    script = os.path.join(os.path.dirname(__file__), "scripts", "lightning_stopped.py")
+    res = launch([script, str(tmp_path), "5", str(TIMEOUT_S)], 2, timeout_s=150)
+    survivor, stopped = res
+    assert survivor.returncode == 3, survivor.stdout[-2000:] + survivor.stderr[-3000:]
+    assert stopped.returncode == -9
+    d = json.loads((tmp_path / "rank0.json").read_text())
+    assert d["error"] == "PeerLostError" and "rank 1" in d["message"] and "stopped by a signal" in d["message"], d
+    # Lightning's own per-batch broadcast waits for DDPStrategy(timeout=5 s), then autobyte's for timeout_s.
+    assert d["waited"] < 5 + TIMEOUT_S + 10, d
