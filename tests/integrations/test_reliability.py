@@ -79,6 +79,9 @@ def test_training_semantics_match_ddp(tmp_path):
             assert o[f"accum_equal_overlap{overlap}"], o
             assert o[f"accum_rounds_overlap{overlap}"] == o["ddp_rounds"], o
         assert o["zero_size_equal"], o
+        assert o["class_while_scheduled"] == [True, "SGD", False], o  # a subclass of the user's class
+        assert o["class_after_close"] == [True, []], o
+        assert o["lr_scheduler_equal"], o
         assert "no_sync" in o["accum_without_no_sync"] and "overlap=False" in o["accum_without_no_sync"], o
         assert o["first_step_config"] == [4 * KiB, 8 * KiB, 0], o
         assert o["noop_pending"] is False and o["noop_history_unchanged"] is True, o

@@ -194,6 +194,29 @@ def main() -> None:
         ref_z, _ = ddp_accumulate(batches, 1, zero=True)
         got_z, _, _ = scheduled_accumulate(batches, 1, overlap=True, zero=True)
         result["zero_size_equal"] = same(ref_z, got_z)
+        # The optimizer keeps its class (a dynamic subclass while scheduled, as Horovod's DistributedOptimizer),
+        # and a learning-rate scheduler made before schedule() still steps: DDP's weights.
+        m, o = make()
+        ddp = torch.nn.parallel.DistributedDataParallel(m)
+        sched = torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5)
+        for x, y in batches[:4]:
+            o.zero_grad()
+            loss_of(ddp, x, y).backward()
+            o.step()
+            sched.step()
+        ref_lr = weights(m)
+        m, o = make()
+        sched = torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5)
+        h = schedule(m, o, partition_bytes=1 * KiB, credit_bytes=2 * KiB, timeout_s=30)
+        result["class_while_scheduled"] = [isinstance(o, torch.optim.SGD), type(o).__name__, type(o) is torch.optim.SGD]
+        for x, y in batches[:4]:
+            o.zero_grad()
+            loss_of(m, x, y).backward()
+            o.step()
+            sched.step()
+        h.close()
+        result["lr_scheduler_equal"] = same(ref_lr, weights(m))
+        result["class_after_close"] = [type(o) is torch.optim.SGD, sorted(k for k in vars(o) if k.startswith("_autobyte"))]
         # Several backward() per step() without no_sync in overlap mode: a clear refusal.
         m, o = make()
         h = schedule(m, o, partition_bytes=1 * KiB, credit_bytes=2 * KiB, timeout_s=30)
