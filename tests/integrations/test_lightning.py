@@ -158,12 +158,21 @@ def test_bad_arguments(kw, exc, match):
         AutoByteCallback(**kw)
 
 
-def test_gradient_clipping_needs_synchronous_mode():
+def test_gradient_clipping_needs_synchronous_mode(caplog):
     with pytest.raises(Exception, match=r"cannot work with gradient_clip_val=1\.0; pass AutoByteCallback\(overlap=False\)"):
-        _fit([AutoByteCallback(tuner=None)], gradient_clip_val=1.0)
+        _fit([AutoByteCallback(tuner=None, overlap=True)], gradient_clip_val=1.0)
     ref = _fit([], gradient_clip_val=1.0)
     got = _fit([AutoByteCallback(tuner=None, overlap=False)], gradient_clip_val=1.0)
     assert got.losses == ref.losses
+    # left unset, the callback chooses synchronous mode and says so once
+    cb = AutoByteCallback(tuner=None)
+    with caplog.at_level("INFO"):
+        auto = _fit([cb], gradient_clip_val=1.0)
+    assert auto.losses == ref.losses and cb.handle.overlap is False
+    assert [r.getMessage() for r in caplog.records].count(
+        "AutoByte: overlap=False because of gradient_clip_val=1.0: gradients are averaged by the end of backward, "
+        "then Lightning's optimizer step runs as usual (no overlap with the next forward)."
+    ) == 1
 
 
 def test_unsupported_strategy_says_what_to_use():
