@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     handle = None
     net: Any = model
 
-    def log_decision(it: int, decision: Any, cfg: Config) -> None:
-        row: dict[str, Any] = {"iteration": it, "config": [cfg.partition_bytes, cfg.credit_bytes]}
-        if decision is not None:
-            row.update(reason=decision.reason, predicted_speed=decision.predicted_speed)
-        if handle is not None and handle.controller is not None and handle.controller.history:
-            row["observed_speed"] = handle.controller.history[-1].get("speed")
+    def log_decision(out: Any) -> None:  # a WindowOutcome of core's window protocol
+        cfg = out.config
+        row: dict[str, Any] = {"iteration": out.iteration, "config": [cfg.partition_bytes, cfg.credit_bytes]}
+        if out.decision is not None:
+            row.update(reason=out.decision.reason, predicted_speed=out.decision.predicted_speed)
+        row["observed_speed"] = out.speed
         decisions.append(row)
 
     if method == "ddp":
@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     if handle is not None:
         handle.synchronize()
     dist.barrier()
+    assert prev_start is not None  # the loop ran at least one iteration
     rows.append({"iteration": n_iters - 1, "seconds": time.perf_counter() - prev_start, "config": prev_cfg})
     if rank == 0:
         os.makedirs(out_dir, exist_ok=True)

@@ -21,7 +21,6 @@ from typing import Any, Callable, Sequence
 
 from ..core.metrics import StatsCollector
 from ..core.scheduler import Message, Scheduler, TensorSpec
-from ..core.space import Config
 from ..core.timeline import Timeline
 from ..core.tuning import Controller
 from ._torch_overlap import take_over
@@ -54,6 +53,7 @@ class _SetUp:
     _stats_lock: threading.Lock
     _collective: Any
     _control: Any
+    _agree_on_start: Any
     _fail: Any
     _error: BaseException | None
     _wait: Any
@@ -113,19 +113,6 @@ class _SetUp:
         out = [torch.zeros_like(me) for _ in range(self.world_size)]
         self._collective(lambda: dist.all_gather(out, me, group=self.ctl_group))
         return [(int(t[0]), int(t[1])) for t in out]
-
-    def _agree_on_start(self) -> None:
-        """Every rank starts from rank 0's configuration (a tuner may pick a random first probe)."""
-        cfg = self.scheduler.config
-        msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes], dtype=torch.int64, device=self._cdev)
-        src = self._src
-        self._collective(lambda: dist.broadcast(msg, src, group=self.ctl_group))
-        agreed = Config(int(msg[0]), int(msg[1]))
-        if agreed != cfg:
-            self.scheduler = Scheduler(self.tensors, agreed)
-            self._order = list(range(len(self.scheduler.messages)))
-        if self.controller is not None:
-            self.controller.current = agreed
 
     def _broadcast_state(self) -> None:
         """Start from rank 0's parameters and buffers, as DDP does."""

@@ -1,5 +1,8 @@
 """The tuning window and agreement of the PyTorch engine.
 
+The window protocol itself is core's :class:`~autobyte.core.window.WindowCoordinator`;
+this module is its transport (:class:`_ControlCollective`) and what the
+engine does with the outcome (the scheduler follows the agreed decision).
 Everything the ranks agree on runs on the main thread, on the control group
 (``timeout_s``), behind a fixed-size header (:meth:`_Failures._control`):
 buffer broadcast, the window's statistics gather and rank 0's decision, the
@@ -8,18 +11,68 @@ issue order, and :meth:`reconfigure`.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..core.metrics import StatsCollector, WindowStats
-from ..core.scheduler import Scheduler, TensorSpec, plan_order
+from ..core.scheduler import Scheduler, TensorSpec, estimated_order
 from ..core.space import Config
-from ..core.tuning import Controller, Decision
+from ..core.tuning import Controller
+from ..core.window import DecisionRecord, Wire, WindowCoordinator, WindowOutcome, decode, encode
 from ._imports import require_torch
 
 torch = require_torch()
 import torch.distributed as dist  # noqa: E402
+
+
+class _ControlCollective:
+    """The window protocol's transport (:class:`autobyte.core.window.Collective`) on the handle's control group.
+
+    Each call runs under the handle's ``timeout_s`` (a lost peer raises
+    ``PeerLostError``); a gather is announced by the fixed-size header first,
+    so ranks that reached different calls get ``CollectiveMismatchError``.
+    In one process it is the identity.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        # A weak reference: the handle owns the coordinator that owns this transport, and a
+        # cycle would keep the handle's process groups alive until interpreter teardown.
+        self._ref = weakref.ref(handle)
+
+    @property
+    def _h(self) -> Any:
+        handle = self._ref()
+        if handle is None:
+            raise RuntimeError("the ScheduledTraining handle of this transport no longer exists.")
+        return handle
+
+    @property
+    def rank(self) -> int:
+        return int(self._h.rank)
+
+    @property
+    def world_size(self) -> int:
+        return int(self._h.world_size)
+
+    def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
+        h = self._h
+        if not h.active:
+            return [np.asarray(vector, dtype=np.float64)]
+        vec = torch.tensor(np.asarray(vector, dtype=np.float64), dtype=torch.float64, device=h._cdev)
+        h._control(3, vec.numel())
+        out = [torch.zeros_like(vec) for _ in range(h.world_size)]
+        h._collective(lambda: dist.all_gather(out, vec, group=h.ctl_group), "every rank's window statistics")
+        return [o.cpu().numpy() for o in out]
+
+    def broadcast(self, vector: np.ndarray) -> np.ndarray:
+        h = self._h
+        if not h.active:
+            return np.asarray(vector, dtype=np.float64)
+        msg = torch.tensor(np.asarray(vector, dtype=np.float64), dtype=torch.float64, device=h._cdev)
+        h._collective(lambda: dist.broadcast(msg, h._src, group=h.ctl_group), "rank 0's decision")
+        return msg.cpu().numpy()
 
 
 class _Window:
@@ -29,6 +82,7 @@ class _Window:
     tensors: list[TensorSpec]
     scheduler: Scheduler
     controller: Controller | None
+    coordinator: WindowCoordinator | None
     stats: StatsCollector
     rank: int
     world_size: int
@@ -36,7 +90,7 @@ class _Window:
     iteration: int
     verbose: bool
     ctl_group: Any
-    on_decision: Callable[[int, Decision | None, Config], None] | None
+    on_decision: Callable[[WindowOutcome], None] | None
     _src: int
     _cdev: Any
     _stats_lock: Any
@@ -62,39 +116,50 @@ class _Window:
                 b.copy_(flat[off:off + n].view_as(b).to(b.dtype))
                 off += n
 
+    def _agree_on_start(self) -> None:
+        """Every rank starts from rank 0's configuration (a tuner may pick a random first probe)."""
+        if self.coordinator is not None:
+            self._follow(self.coordinator.start(0, self.scheduler.config))
+            return
+        cfg = self.scheduler.config  # no tuner: rank 0's configuration, in the protocol's one wire format
+        agreed = decode(_ControlCollective(self).broadcast(encode(Wire(0, cfg, 0)))).config
+        if agreed != cfg:
+            self.scheduler = Scheduler(self.tensors, agreed)
+            self._order = list(range(len(self.scheduler.messages)))
+
     def _window_boundary(self, it: int) -> None:
-        """A controller check: gather every rank's statistics, let rank 0 decide, apply everywhere at ``it``."""
-        assert self.controller is not None
+        """A check: core's window protocol gathers, decides on rank 0 and agrees; the scheduler follows from ``it``."""
+        assert self.coordinator is not None
         with self._stats_lock:
             mine = self.stats.window()
-        windows = [mine]
-        if self.active:
-            vec = torch.tensor(mine.to_vector(), dtype=torch.float64, device=self._cdev)
-            self._control(3, vec.numel())
-            out = [torch.zeros_like(vec) for _ in range(self.world_size)]
-            self._collective(lambda: dist.all_gather(out, vec, group=self.ctl_group), "every rank's window statistics")
-            windows = [WindowStats.from_vector(v.cpu().numpy()) for v in out]
-        self._learn_estimates(windows)
-        decision, observed = None, False
-        previous = self.scheduler.config
-        if self.rank == 0:
-            seen = self.controller.n_windows
-            decision = self.controller.decide(it, windows)
-            observed = self.controller.n_windows > seen
-        cfg = decision.config if decision is not None else self.scheduler.config
-        if self.active:
-            msg = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, int(decision is not None), int(observed)], dtype=torch.int64, device=self._cdev)
-            src = self._src
-            self._collective(lambda: dist.broadcast(msg, src, group=self.ctl_group), "rank 0's decision")
-            cfg, observed = Config(int(msg[0]), int(msg[1])), bool(msg[3])
-        if cfg != self.scheduler.config:
-            self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=it, reason=decision.reason if decision else "rank 0")
-        else:
+        out = self.coordinator.check(it, mine, apply_at=it)
+        self._learn_estimates(out.windows)
+        self._follow(out)
+        if out.decision is None:
             self._order = self._planned_order()
-        if self.on_decision is not None and observed:  # a window ended (checks in between are silent)
-            self.on_decision(it, decision, cfg)
-        if self.verbose and self.rank == 0 and decision is not None and observed:
-            print(f"AutoByte reconfigured at iteration {it}: {previous} -> {cfg}: {decision.reason}", flush=True)
+        if not out.window_closed:  # checks in between are silent
+            return
+        if self.on_decision is not None:
+            self.on_decision(out)
+        if self.verbose and self.rank == 0 and out.decision is not None:
+            d = out.decision
+            print(f"AutoByte reconfigured at iteration {it}: {d.old} -> {d.new}: {d.reason}", flush=True)
+
+    def _follow(self, out: WindowOutcome) -> None:
+        """The scheduler follows the coordinator: an agreed decision applies from its iteration."""
+        d = out.decision
+        if d is None:
+            return
+        if self.iteration < 0 and d.iteration == 0:  # nothing ran yet: the first step starts with that plan
+            self.scheduler = Scheduler(self.tensors, d.new)
+            self._order = list(range(len(self.scheduler.messages)))
+        else:
+            self.scheduler.reconfigure(d.new.partition_bytes, d.new.credit_bytes, at_iteration=d.iteration, reason=d.reason)
+
+    @property
+    def reconfigurations(self) -> list[DecisionRecord]:
+        """Every reconfiguration applied (tuned, a tuner's start, user's or restored), the same on every rank."""
+        return [] if self.coordinator is None else list(self.coordinator.history)
 
     def _learn_estimates(self, windows: Sequence[WindowStats]) -> None:
         self._layer_estimate = np.mean([w.layer_backward_s for w in windows], axis=0)
@@ -112,18 +177,7 @@ class _Window:
         msgs = self.scheduler.messages
         order = list(range(len(msgs)))
         if self._layer_estimate is not None and self._bw_estimate:
-            lay = self._layer_estimate
-            rank_in_ready: dict[int, float] = {}
-            t = 0.0
-            for ti in sorted(range(len(self.tensors)), key=lambda i: -i):
-                t += float(lay[ti])
-                rank_in_ready[ti] = t
-            bw = self._bw_estimate
-            order = plan_order(
-                msgs, self.scheduler.config.credit_bytes,
-                lambda m: max(rank_in_ready[s.tensor] for s in m.segments),
-                lambda m: m.nbytes / bw,
-            )
+            order = estimated_order(msgs, self.scheduler.config.credit_bytes, list(self._layer_estimate), self._bw_estimate)
         if self.active:
             tensor = torch.tensor(order, dtype=torch.int64, device=self._cdev)
             src = self._src
@@ -169,8 +223,8 @@ class _Window:
             if cfg != self.scheduler.config or self.scheduler.pending is not None:
                 self.scheduler = Scheduler(self.tensors, cfg)
                 self._order = list(range(len(self.scheduler.messages)))
-            if self.controller is not None:
-                self.controller.current = cfg
+            if self.coordinator is not None:
+                self.coordinator.apply(0, cfg, "user")
             return cfg
         if cfg == self.scheduler.config and self.scheduler.pending is None:
             return cfg  # already in force: nothing to do

@@ -30,8 +30,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
-from ..core.tuning import Decision, Tuner
+from ..core.space import BYTESCHEDULER_DEFAULT, SearchSpace
+from ..core.tuning import Tuner
+from ..core.window import DecisionRecord, WindowOutcome
 from ._common import CallbackState, check_tuning_args
 from ._imports import require
 
@@ -230,17 +231,20 @@ class AutoByteCallback(CallbackState, keras.callbacks.Callback):
             self._active = False
             self.handle.close()
 
-    def _on_decision(self, iteration: int, decision: Decision | None, config: Config) -> None:
-        if decision is None or self.handle is None or self.handle.rank != 0:
+    def _on_decision(self, out: WindowOutcome) -> None:
+        d = out.decision
+        if d is None or self.handle is None or self.handle.rank != 0:
             return
-        ctl = self.handle.controller
-        last = ctl.history[-1] if ctl is not None and ctl.history else {}
-        record = {"iteration": iteration, "previous": last.get("config"), "config": config.to_dict(),
-                  "reason": decision.reason, "observed_speed": last.get("speed"), "predicted_speed": decision.predicted_speed}
+        record = {"iteration": d.iteration, "previous": d.old.to_dict(), "config": d.new.to_dict(),
+                  "reason": d.reason, "observed_speed": d.observed_speed, "predicted_speed": d.predicted_speed}
         self.decisions.append(record)
         if self.verbose:
-            prev = Config(**last["config"]) if last.get("config") else None
-            print(f"AutoByte reconfigured at step {iteration}: {prev} -> {config}: {decision.reason}", flush=True)
+            print(f"AutoByte reconfigured at step {d.iteration}: {d.old} -> {d.new}: {d.reason}", flush=True)
+
+    @property
+    def reconfigurations(self) -> list[DecisionRecord]:
+        """Every reconfiguration of the current (or last) ``fit`` on this rank, as the engines record them."""
+        return [] if self.handle is None else self.handle.reconfigurations
 
 
 

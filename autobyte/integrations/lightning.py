@@ -27,7 +27,8 @@ from types import ModuleType
 from typing import Any, Iterator
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
-from ..core.tuning import Decision, Tuner
+from ..core.tuning import Tuner
+from ..core.window import DecisionRecord, WindowOutcome
 from ..core._checks import check_bool
 from ._common import CallbackState, check_tuning_args
 from ._imports import check_version
@@ -337,20 +338,24 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             pl_module.log("autobyte/partition_bytes", float(cfg.partition_bytes), on_step=True, on_epoch=False, batch_size=1)
             pl_module.log("autobyte/credit_bytes", float(cfg.credit_bytes), on_step=True, on_epoch=False, batch_size=1)
 
-    def _on_decision(self, iteration: int, decision: Decision | None, config: Config) -> None:
+    @property
+    def reconfigurations(self) -> list[DecisionRecord]:
+        """Every reconfiguration of the current (or last) fit on this rank, as every engine records them."""
+        return [] if self.handle is None else self.handle.reconfigurations
+
+    def _on_decision(self, out: WindowOutcome) -> None:
         trainer = self._trainer
         if trainer is None or not trainer.is_global_zero or not self._active:
             return
-        ctl = self._live.controller
-        last = ctl.history[-1] if ctl is not None and ctl.history and ctl.history[-1]["iteration"] == iteration else {}
+        decision, config = out.decision, out.config
         record: dict[str, Any] = {
-            "step": int(trainer.global_step), "iteration": iteration,
+            "step": int(trainer.global_step), "iteration": out.iteration,
             "partition_bytes": config.partition_bytes, "credit_bytes": config.credit_bytes,
-            "observed_speed": last.get("speed"), "reconfigured": decision is not None,
+            "observed_speed": out.speed, "reconfigured": decision is not None,
         }
         if decision is not None:
             record.update(
-                previous=last.get("config"), predicted_speed=decision.predicted_speed, reason=decision.reason,
+                previous=decision.old.to_dict(), predicted_speed=decision.predicted_speed, reason=decision.reason,
             )
         self.decisions.append(record)
         metrics = {"autobyte/partition_bytes": float(config.partition_bytes), "autobyte/credit_bytes": float(config.credit_bytes),
@@ -363,8 +368,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             logger.log_metrics(metrics, step=trainer.global_step)
         if decision is None:
             return
-        prev = Config(**last["config"]) if last.get("config") else None
-        text = f"step {trainer.global_step}: {prev} -> {config}: {decision.reason}"
+        text = f"step {trainer.global_step}: {decision.old} -> {config}: {decision.reason}"
         if decision.predicted_speed is not None:
             text += f" (predicted {decision.predicted_speed:.1f} samples/s, observed {record['observed_speed']:.1f})"
         for logger in trainer.loggers:

@@ -40,13 +40,14 @@ from ..core.metrics import StatsCollector, WindowStats
 from ..core.scheduler import Scheduler, TensorSpec
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.timeline import Timeline
-from ..core.tuning import Controller, Decision, Tuner
+from ..core.tuning import Controller, Tuner
+from ..core.window import WindowCoordinator, WindowOutcome
 from ._imports import require_torch
 from ._torch_failures import CollectiveMismatchError, PeerLostError, _Failures
 from ._torch_overlap import GLOBAL_OPTIMIZERS, release
 from ._torch_pipeline import _IterPlan, _Pipeline
 from ._torch_setup import _batch_size, _refuse_sparse, _SetUp, _unique_trainable, device_problem
-from ._torch_window import _Window
+from ._torch_window import _ControlCollective, _Window
 
 torch = require_torch()
 import torch.distributed as dist  # noqa: E402
@@ -79,7 +80,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         space: SearchSpace | None = None,
         window_iters: int = 10,
         warmup_iters: int = 2,
-        on_decision: Callable[[int, Decision | None, Config], None] | None = None,
+        on_decision: Callable[[WindowOutcome], None] | None = None,
         verbose: bool = False,
     ) -> None:
         self.model = model
@@ -131,6 +132,8 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         self._layer_estimate: np.ndarray | None = None
         self._bw_estimate: float | None = None
         self.controller: Controller | None = None
+        #: core's window protocol (check timing, gathering, rank 0's decision, agreement); None without a tuner
+        self.coordinator: WindowCoordinator | None = None
         self.timeline: Timeline | None = None
         self._fwd_start = 0.0
         if tuner is not None:
@@ -139,9 +142,9 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 tuner, space or SearchSpace.default(), config, "allreduce", [t.nbytes for t in self.tensors],
                 window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link, world_size=self.world_size,
             )
-            if self.controller.current != config:
-                self.scheduler = Scheduler(self.tensors, self.controller.current)
-                self._order = list(range(len(self.scheduler.messages)))
+            self.coordinator = WindowCoordinator(self.controller, _ControlCollective(self))
+            if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
+                self._follow(self.coordinator.start(0, config))
         self.window_iters = window_iters
 
         if self.active:
@@ -183,12 +186,12 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         self._in_iteration = False
         self.iteration += 1
         it = self.iteration
-        if self.controller is not None and self.controller.check_due(self.stats.n_iters):
+        if self.coordinator is not None and self.coordinator.due(self.stats.n_iters):
             self._window_boundary(it)
         changed = self.scheduler.begin_iteration(it)
         if changed:
-            if self.controller is not None:
-                self.controller.applied(it, self.scheduler.config)
+            if self.coordinator is not None:  # a user's or restored switch: the coordinator holds the config in force
+                self.coordinator.apply(it, self.scheduler.config, self.scheduler.history[-1][2])
             self._order = self._planned_order()
         if self.active:
             if self.broadcast_buffers:
@@ -204,7 +207,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 self._plan_version += 1
             self._ready_q.put(("iter", _IterPlan(it, self.scheduler.messages, list(self._order), self.scheduler.config.credit_bytes,
                                                  hypers, self._plan_version)))
-        counted = self.controller is None or self.controller.counts(it)
+        counted = self.coordinator is None or self.coordinator.counts(it)
         self._fwd_start = time.perf_counter()
         with self._stats_lock:
             if counted:
@@ -321,14 +324,15 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
     def state_dict(self) -> dict[str, Any]:
         """Plain-typed state: configuration, iteration, controller/tuner state."""
         out: dict[str, Any] = {"config": self.config.to_dict(), "iteration": self.iteration}
-        if self.controller is not None:
-            out["controller"] = self.controller.state_dict()
+        if self.coordinator is not None:
+            out["controller"] = self.coordinator.controller.state_dict()
+            out["reconfigurations"] = [r.to_dict() for r in self.coordinator.history]
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         cfg = Config(**state["config"]) if "config" in state else self.config
-        if self.controller is not None and "controller" in state:
-            self.controller.load_state_dict(state["controller"])
+        if self.coordinator is not None and "controller" in state:
+            self.coordinator.load_state_dict({"controller": state["controller"], "history": state.get("reconfigurations", [])})
         if cfg != self.config:
             if self.iteration < 0:
                 # Nothing ran yet: start from the restored plan (every rank loads the same state).
@@ -352,7 +356,7 @@ def schedule(
     space: SearchSpace | None = None,
     window_iters: int = 10,
     warmup_iters: int = 2,
-    on_decision: Callable[[int, Decision | None, Config], None] | None = None,
+    on_decision: Callable[[WindowOutcome], None] | None = None,
     iteration_hooks: bool = True,
     verbose: bool | None = None,
 ) -> ScheduledTraining:
@@ -384,8 +388,10 @@ def schedule(
         space: candidate configurations for the tuner.
         window_iters: iterations per tuning window.
         warmup_iters: iterations skipped after start and each reconfiguration.
-        on_decision: called on every rank after each window with
-            ``(iteration, decision or None, config in force)``.
+        on_decision: called on every rank after each window with the
+            window protocol's :class:`~autobyte.core.window.WindowOutcome`
+            (``decision``: a :class:`~autobyte.core.window.DecisionRecord` or
+            ``None``; ``config`` in force; observed ``speed``).
         iteration_hooks: find iteration boundaries from the model's training
             forwards; False: call :meth:`ScheduledTraining.begin_iteration`.
         verbose: print one line per reconfiguration on rank 0 (iteration,
