@@ -5,7 +5,7 @@ from __future__ import annotations
 from .core import Config, SearchSpace
 
 __version__ = "0.1.0"
-__all__ = sorted(["Advice", "Config", "SearchSpace", "__version__", "advise", "advise_from_windows"])
+__all__ = ["Advice", "Config", "SearchSpace", "__version__", "advise", "advise_from_windows"]
 
 
 def __getattr__(name: str) -> object:

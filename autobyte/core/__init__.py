@@ -22,9 +22,9 @@ from .space import (
     check_bytes,
 )
 
-__all__ = sorted([
-    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Config", "CreditQueue", "DDP_DEFAULT", "GiB",
-    "KiB", "MAX_BYTES", "Message", "MiB", "P3_DEFAULT", "RuntimeFeatures", "Scheduler", "SearchSpace", "Segment",
+__all__ = [
+    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Config", "CreditQueue", "DDP_DEFAULT", "GiB", "KiB",
+    "MAX_BYTES", "Message", "MiB", "P3_DEFAULT", "RuntimeFeatures", "Scheduler", "SearchSpace", "Segment",
     "StatsCollector", "TensorSpec", "UNLIMITED", "WindowStats", "check_bytes", "plan_messages", "plan_order",
     "tensors_from_sizes",
-])
+]
