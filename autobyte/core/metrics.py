@@ -102,19 +102,25 @@ class WindowStats:
 class StatsCollector:
     """Accumulates timestamps of one rank into :class:`WindowStats`.
 
+    Memory is bounded whatever the window length: iterations and messages
+    are folded into running sums as they arrive (a job that never reads a
+    window, e.g. ``tuner=None``, keeps a constant footprint).
+
     Args:
         n_tensors: number of gradient tensors the engine tracks.
     """
 
     n_tensors: int
-    _iters: list[float] = field(default_factory=list)
+    _n_iters: int = 0
+    _iter_total: float = 0.0
     _samples: int = 0
-    _fwd: list[float] = field(default_factory=list)
+    _fwd_total: float = 0.0
+    _fwd_n: int = 0
     _layer_sum: np.ndarray = field(init=False)
     _layer_n: int = 0
     _bytes: int = 0
     _n_msgs: int = 0
-    _intervals: list[tuple[float, float]] = field(default_factory=list)
+    _busy: "_BusyTime" = field(init=False)
     _iter_start: float | None = None
     _fwd_end: float | None = None
     _ready: dict[int, float] = field(default_factory=dict)
@@ -123,6 +129,7 @@ class StatsCollector:
         if self.n_tensors <= 0:
             raise ValueError(f"n_tensors must be positive, but got n_tensors={self.n_tensors}.")
         self._layer_sum = np.zeros(self.n_tensors)
+        self._busy = _BusyTime()
 
     def begin_iteration(self, t: float) -> None:
         self._iter_start = t
@@ -132,7 +139,8 @@ class StatsCollector:
     def forward_done(self, t: float) -> None:
         if self._iter_start is not None and self._fwd_end is None:
             self._fwd_end = t
-            self._fwd.append(t - self._iter_start)
+            self._fwd_total += t - self._iter_start
+            self._fwd_n += 1
 
     def grad_ready(self, tensor: int, t: float) -> None:
         self._ready.setdefault(tensor, t)
@@ -140,12 +148,13 @@ class StatsCollector:
     def message_done(self, nbytes: int, t_start: float, t_end: float) -> None:
         self._bytes += int(nbytes)
         self._n_msgs += 1
-        self._intervals.append((t_start, max(t_start, t_end)))
+        self._busy.add(t_start, max(t_start, t_end))
 
     def end_iteration(self, t: float, n_samples: int) -> None:
         if self._iter_start is None:
             return
-        self._iters.append(t - self._iter_start)
+        self._n_iters += 1
+        self._iter_total += t - self._iter_start
         self._samples += int(n_samples)
         if len(self._ready) == self.n_tensors:
             prev = self._fwd_end if self._fwd_end is not None else min(self._ready.values())
@@ -157,7 +166,7 @@ class StatsCollector:
 
     @property
     def n_iters(self) -> int:
-        return len(self._iters)
+        return self._n_iters
 
     def window(self, reset: bool = True) -> WindowStats:
         """Summarise the iterations recorded since the last reset.
@@ -165,16 +174,16 @@ class StatsCollector:
         Raises:
             ValueError: no iteration was recorded (a window with zero samples).
         """
-        if not self._iters:
+        if not self._n_iters:
             raise ValueError("window has no completed iteration; record at least one before asking for statistics.")
-        total = float(sum(self._iters))
-        busy = _union_length(self._intervals)
+        total = self._iter_total
+        busy = self._busy.total()
         layer = self._layer_sum / self._layer_n if self._layer_n else np.zeros(self.n_tensors)
         ws = WindowStats(
-            n_iters=len(self._iters),
-            iter_time_s=total / len(self._iters),
+            n_iters=self._n_iters,
+            iter_time_s=total / self._n_iters,
             samples_per_s=self._samples / total if total > 0 else 0.0,
-            forward_s=float(np.mean(self._fwd)) if self._fwd else 0.0,
+            forward_s=self._fwd_total / self._fwd_n if self._fwd_n else 0.0,
             layer_backward_s=tuple(float(x) for x in layer),
             bytes_sent=self._bytes,
             n_messages=self._n_msgs,
@@ -186,19 +195,51 @@ class StatsCollector:
         return ws
 
     def reset(self) -> None:
-        self._iters, self._fwd, self._intervals = [], [], []
-        self._samples = self._bytes = self._n_msgs = self._layer_n = 0
+        self._n_iters = self._samples = self._bytes = self._n_msgs = self._layer_n = self._fwd_n = 0
+        self._iter_total = self._fwd_total = 0.0
         self._layer_sum = np.zeros(self.n_tensors)
+        self._busy = _BusyTime()
 
 
-def _union_length(intervals: Sequence[tuple[float, float]]) -> float:
-    total, end = 0.0, -math.inf
+class _BusyTime:
+    """Length of the union of time intervals, in bounded memory.
+
+    Intervals arrive roughly in start order (messages complete about in the
+    order they were issued). Up to ``keep`` recent ones are held unmerged;
+    beyond that, all but the latest are merged and folded into a running
+    total, and later intervals are clipped to start after what was folded.
+    """
+
+    def __init__(self, keep: int = 256) -> None:
+        self.keep = keep
+        self._folded = 0.0
+        self._floor = -math.inf
+        self._open: list[tuple[float, float]] = []
+
+    def add(self, start: float, end: float) -> None:
+        start = max(start, self._floor)
+        if end <= start:
+            return
+        self._open.append((start, end))
+        if len(self._open) > 2 * self.keep:
+            merged = _merge(self._open)
+            old, self._open = merged[:-self.keep], merged[-self.keep:]
+            self._folded += sum(e - s for s, e in old)
+            self._floor = max(self._floor, old[-1][1]) if old else self._floor
+
+    def total(self) -> float:
+        return self._folded + sum(e - s for s, e in _merge(self._open))
+
+
+def _merge(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
     for s, e in sorted(intervals):
-        if e <= end:
-            continue
-        total += e - max(s, end)
-        end = e
-    return total
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,49 @@ from typing import Callable, Iterable, Sequence
 
 from .space import Config, check_bytes
 
+#: Most messages one iteration's plan may hold. Every message is one
+#: collective (tens of microseconds at least) and one small object; beyond a
+#: million a plan costs hundreds of MB and an iteration minutes, so a smaller
+#: ``partition_bytes`` is refused up front (engines and simulator alike).
+MAX_MESSAGES = 1 << 20
+
+
+def n_messages_bound(tensors: Sequence[TensorSpec], partition_bytes: int) -> int:
+    """An upper bound on the messages :func:`plan_messages` makes, computed without planning."""
+    n = 0
+    for t in tensors:
+        if t.nbytes > partition_bytes:
+            per = max(1, partition_bytes // max(1, t.itemsize))
+            n += -(-t.numel // per)
+        else:
+            n += 1
+    return n
+
+
+def check_message_count(tensors: Sequence[TensorSpec], partition_bytes: int) -> None:
+    """Refuse a partition size that would split ``tensors`` into more than :data:`MAX_MESSAGES` messages.
+
+    Raises:
+        ValueError: naming the partition size, the message count and the smallest size allowed.
+    """
+    n = n_messages_bound(tensors, partition_bytes)
+    if n <= MAX_MESSAGES:
+        return
+    total = sum(t.nbytes for t in tensors)
+    lo, hi = partition_bytes, max(partition_bytes + 1, total)  # the bound never grows with the partition size
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        if n_messages_bound(tensors, mid) > MAX_MESSAGES:
+            lo = mid
+        else:
+            hi = mid
+    floor = hi
+    raise ValueError(
+        f"partition_bytes={partition_bytes} would split {total} gradient bytes into {n} messages per iteration, "
+        f"more than the limit of {MAX_MESSAGES} (autobyte.core.scheduler.MAX_MESSAGES); "
+        f"use partition_bytes >= {floor}."
+    )
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -116,6 +159,7 @@ def plan_messages(
         ready_order = sorted(range(len(tensors)), key=lambda i: (-tensors[i].priority, -i))
     if sorted(ready_order) != list(range(len(tensors))):
         raise ValueError(f"ready_order must be a permutation of range({len(tensors)}), but got {list(ready_order)!r}.")
+    check_message_count(tensors, partition_bytes)
 
     messages: list[Message] = []
     pending: list[Segment] = []
@@ -280,13 +324,22 @@ class Scheduler:
         return sum(t.nbytes for t in self.tensors)
 
     def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None, reason: str = "") -> Config:
-        """Request ``<partition_bytes, credit_bytes>`` from ``at_iteration`` on (default: the next one)."""
+        """Request ``<partition_bytes, credit_bytes>`` from ``at_iteration`` on (default: the next one).
+
+        Raises:
+            ValueError: an iteration already entered, or too many messages (:func:`check_message_count`).
+        """
         cfg = Config(partition_bytes, credit_bytes)
+        self.check_config(cfg)
         at = self.iteration + 1 if at_iteration is None else int(at_iteration)
         if at <= self.iteration:
             raise ValueError(f"at_iteration must be after the current iteration {self.iteration}, but got at_iteration={at}.")
         self._pending = _Pending(cfg, at, reason)
         return cfg
+
+    def check_config(self, config: Config) -> None:
+        """Raise ValueError if ``config`` cannot be planned for these tensors (see :func:`check_message_count`)."""
+        check_message_count(self.tensors, config.partition_bytes)
 
     @property
     def pending(self) -> tuple[Config, int] | None:

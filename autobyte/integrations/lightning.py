@@ -17,13 +17,14 @@ optimizer when fitting starts. ``pytorch_lightning`` 2.x works the same way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import sys
 import warnings
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Decision, Tuner
@@ -116,7 +117,8 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
     ``autobyte/partition_bytes``, ``autobyte/credit_bytes`` and
     ``autobyte/reconfigured`` to the Trainer's loggers; each reconfiguration
     and its reason is printed on rank 0, written to
-    ``<trainer.log_dir>/autobyte_decisions.jsonl`` and, with a TensorBoard
+    ``<trainer.log_dir>/autobyte_decisions.jsonl`` (when the Trainer has a
+    logger; with ``logger=False`` no file is written) and, with a TensorBoard
     logger, added as text. Its state (configuration, tuner, decision history)
     is saved in Lightning checkpoints and restored on resume.
 
@@ -128,12 +130,14 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         credit_bytes: first credit, most bytes in flight (default 16 MB).
         window_iters: training steps per tuning window (default 10).
         warmup_iters: steps ignored at start and after each change (default 2).
-        overlap: True (default): update each parameter as soon as its gradient
-            is averaged, overlapping communication with the next forward pass.
+        overlap: ``None`` (default): choose for the Trainer, said once in the
+            log: True unless gradient clipping, manual optimization or a
+            grad scaler (16-bit mixed precision) needs False.
+            True: update each parameter as soon as its gradient is averaged,
+            overlapping communication with the next forward pass (gradient
+            accumulation works: one communication round per optimizer step).
             False: average every gradient by the end of ``backward()`` like
-            DDP, then Lightning's optimizer step runs as usual; needed for
-            gradient clipping, gradient accumulation, manual optimization and
-            16-bit mixed precision with a grad scaler.
+            DDP, then Lightning's optimizer step runs as usual.
         space: candidate configurations for the tuner (default
             :meth:`SearchSpace.default`).
         verbose: print the set-up and each reconfiguration on rank 0 (default True).
@@ -157,18 +161,21 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,
         window_iters: int = 10,
         warmup_iters: int = 2,
-        overlap: bool = True,
+        overlap: bool | None = None,
         space: SearchSpace | None = None,
         verbose: bool = True,
         timeout_s: float = 300.0,
     ) -> None:
         self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s)
-        check_bool("overlap", overlap)
+        if overlap is not None:
+            check_bool("overlap", overlap)
         self._tuner_arg = tuner
         self.tuner: Tuner | None = tuner if isinstance(tuner, Tuner) else None
         self.window_iters = window_iters
         self.warmup_iters = warmup_iters
         self.overlap = overlap
+        self._overlap = overlap is not False  # the mode in force, settled in setup()
+        self._accumulating = False
         self.space = space
         self.verbose = verbose
         self.timeout_s = float(timeout_s)
@@ -195,6 +202,13 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         return self._generate_state_key(tuner=name)
 
     @property
+    def _live(self) -> _engine.ScheduledTraining:
+        """The handle while fitting (the hooks that use it run only then)."""
+        if self.handle is None:
+            raise RuntimeError("AutoByteCallback: the engine is not running (fitting has not started).")
+        return self.handle
+
+    @property
     def config(self) -> Config:
         """The configuration in force (the initial one before fitting)."""
         if self.handle is not None:
@@ -214,6 +228,9 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             # Lightning wraps the module in configure_ddp(); skipping it (on this
             # strategy instance only) leaves gradient averaging to the scheduler.
             strategy.configure_ddp = _no_ddp_wrap
+            # Lightning skips DDP's sync on accumulating micro-batches with block_backward_sync(),
+            # which only knows a DDP-wrapped module: point it at the engine's no_sync().
+            strategy.block_backward_sync = self._block_backward_sync
             self._patched_strategy = strategy
         elif not any(n in names for n in _SINGLE_STRATEGIES):
             raise exc(
@@ -221,22 +238,27 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
                 "use Trainer(strategy=\"ddp\") (or \"ddp_spawn\", \"ddp_fork\", \"ddp_notebook\", DDPStrategy(...)) "
                 "or a single device, or remove AutoByteCallback."
             )
-        if self.overlap:
-            needs = []
-            if trainer.gradient_clip_val:
-                needs.append(f"gradient_clip_val={trainer.gradient_clip_val}")
-            if trainer.accumulate_grad_batches != 1:
-                needs.append(f"accumulate_grad_batches={trainer.accumulate_grad_batches}")
-            if not pl_module.automatic_optimization:
-                needs.append("manual optimization (automatic_optimization=False)")
-            if getattr(trainer.precision_plugin, "scaler", None) is not None:
-                needs.append(f"precision={trainer.precision_plugin.precision!r} with a grad scaler")
-            if needs:
-                raise exc(
-                    f"AutoByteCallback(overlap=True) updates each parameter as soon as its gradient is averaged, "
-                    f"which cannot work with {', '.join(needs)}; pass AutoByteCallback(overlap=False) "
-                    "(gradients are then averaged at the end of backward and Lightning's step runs as usual)."
+        needs = []
+        if trainer.gradient_clip_val:
+            needs.append(f"gradient_clip_val={trainer.gradient_clip_val}")
+        if not pl_module.automatic_optimization:
+            needs.append("manual optimization (automatic_optimization=False)")
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            needs.append(f"precision={trainer.precision_plugin.precision!r} with a grad scaler")
+        if self.overlap is None:
+            self._overlap = not needs
+            if needs and self.verbose:
+                _rank_zero_info(
+                    trainer,
+                    f"AutoByte: overlap=False because of {', '.join(needs)}: gradients are averaged by the end of "
+                    "backward, then Lightning's optimizer step runs as usual (no overlap with the next forward).",
                 )
+        elif self.overlap and needs:
+            raise exc(
+                f"AutoByteCallback(overlap=True) updates each parameter as soon as its gradient is averaged, "
+                f"which cannot work with {', '.join(needs)}; pass AutoByteCallback(overlap=False) or leave overlap "
+                "unset (the callback then chooses: gradients are averaged at the end of backward and Lightning's step runs as usual)."
+            )
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if isinstance(trainer.strategy.model, _torch.nn.parallel.DistributedDataParallel):
@@ -245,23 +267,29 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
                 "pass AutoByteCallback in Trainer(callbacks=[...]) rather than adding it after fitting started."
             )
         optimizer = None
-        if self.overlap:
-            if len(trainer.optimizers) != 1:
+        if self._overlap and len(trainer.optimizers) != 1:
+            if self.overlap:
                 raise _misconfiguration()(
                     f"AutoByteCallback(overlap=True) needs exactly one optimizer, but configure_optimizers returned "
-                    f"{len(trainer.optimizers)}; pass AutoByteCallback(overlap=False)."
+                    f"{len(trainer.optimizers)}; pass AutoByteCallback(overlap=False) or leave overlap unset."
                 )
+            self._overlap = False
+            if self.verbose:
+                _rank_zero_info(trainer, f"AutoByte: overlap=False because configure_optimizers returned {len(trainer.optimizers)} optimizers.")
+        if self._overlap:
             optimizer = trainer.optimizers[0]
         if self.tuner is None and isinstance(self._tuner_arg, str):
             from ..core.tuners import make_tuner
 
             self.tuner = make_tuner(self._tuner_arg)
         self._trainer = trainer
-        self._log_dir = trainer.log_dir  # a collective in Lightning: every rank asks here, once
+        log_dir = trainer.log_dir  # a collective in Lightning: every rank asks here, once
+        # Without a logger, log_dir is the working directory: write no file there the user did not ask for.
+        self._log_dir = log_dir if trainer.loggers else None
         self.handle = _engine.schedule(
             pl_module, optimizer,
             partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes,
-            overlap=self.overlap, timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
+            overlap=self._overlap, timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
             window_iters=self.window_iters, warmup_iters=self.warmup_iters,
             on_decision=self._on_decision, iteration_hooks=False,
         )
@@ -286,15 +314,29 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
     # --------------------------------------------------------------- per step
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._active:
-            self.handle.begin_iteration(_batch_size(batch))
+            # An accumulating micro-batch (backward under no_sync, no step) belongs to the next
+            # synchronised step, as in DDP: only the step's last micro-batch starts an iteration.
+            self._accumulating = trainer.accumulate_grad_batches > 1 and bool(trainer.fit_loop._should_accumulate())
+            if self._accumulating:
+                self._live.add_samples(_batch_size(batch))
+            else:
+                self._live.begin_iteration(_batch_size(batch))
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        if self._active and not self._accumulating:
+            self._live.forward_done()
+
+    @contextlib.contextmanager
+    def _block_backward_sync(self) -> Iterator[None]:
         if self._active:
-            self.handle.forward_done()
+            with self._live.no_sync():
+                yield
+        else:
+            yield
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._active:
-            cfg = self.handle.config
+            cfg = self._live.config
             pl_module.log("autobyte/partition_bytes", float(cfg.partition_bytes), on_step=True, on_epoch=False, batch_size=1)
             pl_module.log("autobyte/credit_bytes", float(cfg.credit_bytes), on_step=True, on_epoch=False, batch_size=1)
 
@@ -302,7 +344,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         trainer = self._trainer
         if trainer is None or not trainer.is_global_zero or not self._active:
             return
-        ctl = self.handle.controller
+        ctl = self._live.controller
         last = ctl.history[-1] if ctl is not None and ctl.history and ctl.history[-1]["iteration"] == iteration else {}
         record: dict[str, Any] = {
             "step": int(trainer.global_step), "iteration": iteration,
@@ -330,7 +372,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             text += f" (predicted {decision.predicted_speed:.1f} samples/s, observed {record['observed_speed']:.1f})"
         for logger in trainer.loggers:
             experiment = getattr(logger, "experiment", None)
-            if "TensorBoardLogger" in _mro_names(logger) and hasattr(experiment, "add_text"):
+            if "TensorBoardLogger" in _mro_names(logger) and experiment is not None and hasattr(experiment, "add_text"):
                 experiment.add_text("autobyte/reconfiguration", text, trainer.global_step)
         if self._log_dir:
             os.makedirs(self._log_dir, exist_ok=True)
@@ -360,7 +402,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         if not self._active:
             return
         try:
-            self.handle.close()
+            self._live.close()
         finally:
             self._active = False
             self._trainer = None
@@ -368,6 +410,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
     def _unpatch(self) -> None:
         if self._patched_strategy is not None:
             self._patched_strategy.__dict__.pop("configure_ddp", None)
+            self._patched_strategy.__dict__.pop("block_backward_sync", None)
             self._patched_strategy = None
 
 
