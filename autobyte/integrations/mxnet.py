@@ -269,7 +269,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
             self._restored = dict(state)
 
 
-__all__ = sorted([
-    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET", "WorkerResult", "check_mxnet_version",
-    "free_port", "launch_local_ps", "schedule",
-])
+__all__ = [
+    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET",
+    "WorkerResult", "check_mxnet_version", "free_port", "launch_local_ps", "schedule",
+]
