@@ -1,4 +1,4 @@
-"""Framework-free core of autobyte: configuration space, scheduler, statistics.
+"""Framework-free core of autobyte: configuration space, scheduler, statistics, the tuner interface.
 
 Nothing in this package imports a deep-learning framework.
 """
@@ -21,10 +21,12 @@ from .space import (
     SearchSpace,
     check_bytes,
 )
+from .tuners import make_tuner, register_tuner, tuner_names
+from .tuning import Controller, Decision, Observation, Tuner
 
 __all__ = [
-    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Config", "CreditQueue", "DDP_DEFAULT", "GiB", "KiB",
-    "MAX_BYTES", "Message", "MiB", "P3_DEFAULT", "RuntimeFeatures", "Scheduler", "SearchSpace", "Segment",
-    "StatsCollector", "TensorSpec", "UNLIMITED", "WindowStats", "check_bytes", "plan_messages", "plan_order",
-    "tensors_from_sizes",
+    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Config", "Controller", "CreditQueue", "DDP_DEFAULT",
+    "Decision", "GiB", "KiB", "MAX_BYTES", "Message", "MiB", "Observation", "P3_DEFAULT", "RuntimeFeatures",
+    "Scheduler", "SearchSpace", "Segment", "StatsCollector", "TensorSpec", "Tuner", "UNLIMITED", "WindowStats",
+    "check_bytes", "make_tuner", "plan_messages", "plan_order", "register_tuner", "tensors_from_sizes", "tuner_names",
 ]
