@@ -245,8 +245,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return dispatch(args)
 
 
-__all__ = sorted(["CLIError", "Parser", "build_parser", "dispatch", "file_arg", "float_arg", "int_arg", "list_arg", "main",
-                  "out_arg", "parse", "rates_arg", "tag_progs"])
+__all__ = [
+    "CLIError", "Parser", "build_parser", "dispatch", "file_arg", "float_arg", "int_arg", "list_arg", "main", "out_arg",
+    "parse", "rates_arg", "tag_progs",
+]
 
 
 if __name__ == "__main__":

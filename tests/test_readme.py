@@ -35,6 +35,16 @@ def test_first_screen_has_install_and_test_commands():
     assert "python -m pytest -q" in ci and 'pip install -q -e ".[all,dev]"' in ci
 
 
+def test_static_checks_are_the_ones_ci_runs():
+    first = README.split("## ")[0]
+    check = next(b for b in _blocks(first, "bash") if "mypy" in b)
+    ci = (ROOT / ".ci" / "run").read_text()
+    main_env = ci.split("# ----")[0]  # the [all,dev] environment, before the lightning-only one
+    for cmd in check.split(" && "):
+        assert re.search(rf"^{re.escape(cmd)}\b", main_env, flags=re.M), cmd
+    assert main_env.index("python -m pyflakes") < main_env.index("python -m pytest")
+
+
 def test_plain_pytorch_snippet_runs():
     torch = pytest.importorskip("torch")
     snippet = next(b for b in _blocks(README) if "integrations.torch import schedule" in b)

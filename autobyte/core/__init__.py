@@ -1,4 +1,4 @@
-"""Framework-free core of autobyte: configuration space, scheduler, statistics.
+"""Framework-free core of autobyte: configuration space, scheduler, statistics, the tuner interface.
 
 Nothing in this package imports a deep-learning framework.
 """
@@ -31,11 +31,15 @@ from .space import (
     SearchSpace,
     check_bytes,
 )
+from .tuners import make_tuner, register_tuner, tuner_names
+from .tuning import Controller, Decision, Observation, Tuner
 from .window import Collective, DecisionRecord, LocalCollective, WindowCoordinator, WindowOutcome
 
 __all__ = [
-    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Collective", "Config", "CreditQueue", "DDP_DEFAULT",
-    "DecisionRecord", "GiB", "KiB", "LocalCollective", "MAX_BYTES", "Message", "MiB", "P3_DEFAULT", "RuntimeFeatures",
-    "Scheduler", "SearchSpace", "Segment", "StatsCollector", "TensorSpec", "UNLIMITED", "WindowCoordinator",
-    "WindowOutcome", "WindowStats", "check_bytes", "estimated_order", "plan_messages", "plan_order", "tensors_from_sizes",
+    "ARCHITECTURES", "BYTEPS_DEFAULT", "BYTESCHEDULER_DEFAULT", "Collective", "Config", "Controller", "CreditQueue",
+    "DDP_DEFAULT", "Decision", "DecisionRecord", "GiB", "KiB", "LocalCollective", "MAX_BYTES", "Message", "MiB",
+    "Observation", "P3_DEFAULT", "RuntimeFeatures", "Scheduler", "SearchSpace", "Segment", "StatsCollector",
+    "TensorSpec", "Tuner", "UNLIMITED", "WindowCoordinator", "WindowOutcome", "WindowStats", "check_bytes",
+    "estimated_order", "make_tuner", "plan_messages", "plan_order", "register_tuner", "tensors_from_sizes",
+    "tuner_names",
 ]

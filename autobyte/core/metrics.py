@@ -297,7 +297,9 @@ class RuntimeFeatures:
         return int(self.layer_time_s.shape[0])
 
     @classmethod
-    def from_windows(cls, arch: str, layer_bytes: Sequence[int], windows: Sequence[WindowStats], link_factor: float = 1.0) -> "RuntimeFeatures":
+    def from_windows(
+        cls, arch: str, layer_bytes: Sequence[int] | np.ndarray, windows: Sequence[WindowStats], link_factor: float = 1.0
+    ) -> "RuntimeFeatures":
         """Features from every rank's :class:`WindowStats` (rank order).
 
         ``link_factor`` converts payload throughput into link throughput

@@ -175,4 +175,4 @@ class AdaptTrigger:
         self._above = int(state.get("above", 0))
 
 
-__all__ = sorted(["AdaptTrigger", "GainTrigger"])
+__all__ = ["AdaptTrigger", "GainTrigger"]

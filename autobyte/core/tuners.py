@@ -327,4 +327,6 @@ def make_tuner(name: str, **kwargs: Any) -> Tuner:
     return tuner
 
 
-__all__ = sorted(["BOTuner", "BYTESCHEDULER_BO_RANGES", "GridTuner", "StaticTuner", "make_tuner", "register_tuner", "tuner_names"])
+__all__ = [
+    "BOTuner", "BYTESCHEDULER_BO_RANGES", "GridTuner", "StaticTuner", "make_tuner", "register_tuner", "tuner_names",
+]

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def launch_local_ps(
     base.setdefault("OMP_NUM_THREADS", "1")
     base.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
     procs: list[subprocess.Popen[bytes]] = []
-    logs: list[tempfile._TemporaryFileWrapper[bytes]] = []
+    logs: list[IO[bytes]] = []
 
     def start(argv: Sequence[str], role: str) -> subprocess.Popen[bytes]:
         log = tempfile.TemporaryFile()
@@ -138,7 +138,7 @@ def launch_local_ps(
             log.close()
 
 
-def _outputs(logs: Sequence[tempfile._TemporaryFileWrapper[bytes]]) -> str:
+def _outputs(logs: Sequence[IO[bytes]]) -> str:
     out = []
     for i, log in enumerate(logs):
         log.seek(0)

@@ -59,6 +59,8 @@ def _import_keras() -> Any:
 
 
 keras = _import_keras()
+# A name mypy accepts as a base class (keras is a module value here, imported with its install hint).
+_KerasCallback: Any = keras.callbacks.Callback
 
 
 def _check_backend() -> None:
@@ -71,7 +73,7 @@ def _check_backend() -> None:
         )
 
 
-class AutoByteCallback(CallbackState, keras.callbacks.Callback):
+class AutoByteCallback(CallbackState, _KerasCallback):
     """Average gradients across processes with AutoByte's scheduler during ``model.fit`` (torch backend).
 
     Start one process per worker with ``torchrun`` (or any launcher that sets

@@ -118,7 +118,8 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
     ``autobyte/partition_bytes``, ``autobyte/credit_bytes`` and
     ``autobyte/reconfigured`` to the Trainer's loggers; each reconfiguration
     and its reason is printed on rank 0, written to
-    ``<trainer.log_dir>/autobyte_decisions.jsonl`` and, with a TensorBoard
+    ``<trainer.log_dir>/autobyte_decisions.jsonl`` (when the Trainer has a
+    logger; with ``logger=False`` no file is written) and, with a TensorBoard
     logger, added as text. Its state (configuration, tuner, decision history)
     is saved in Lightning checkpoints and restored on resume.
 
@@ -283,7 +284,9 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
 
             self.tuner = make_tuner(self._tuner_arg)
         self._trainer = trainer
-        self._log_dir = trainer.log_dir  # a collective in Lightning: every rank asks here, once
+        log_dir = trainer.log_dir  # a collective in Lightning: every rank asks here, once
+        # Without a logger, log_dir is the working directory: write no file there the user did not ask for.
+        self._log_dir = log_dir if trainer.loggers else None
         self.handle = _engine.schedule(
             pl_module, optimizer,
             partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes,

@@ -268,6 +268,6 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
 
 
 __all__ = [
-    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET", "WorkerResult",
-    "check_mxnet_version", "free_port", "launch_local_ps", "schedule",
+    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET",
+    "WorkerResult", "check_mxnet_version", "free_port", "launch_local_ps", "schedule",
 ]

@@ -31,7 +31,7 @@ import contextlib
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -51,6 +51,10 @@ from ._torch_window import _ControlCollective, _Window
 
 torch = require_torch()
 import torch.distributed as dist  # noqa: E402
+
+if TYPE_CHECKING:  # `torch` above is a module value (with its install hint), which mypy cannot read types from
+    from torch.nn import Module as _Module
+    from torch.optim import Optimizer as _Optimizer
 
 __all__ = ["CollectiveMismatchError", "PeerLostError", "ScheduledTraining", "device_problem", "schedule"]
 
@@ -343,8 +347,8 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
 
 
 def schedule(
-    model: "torch.nn.Module",
-    optimizer: "torch.optim.Optimizer | None",
+    model: "_Module",
+    optimizer: "_Optimizer | None",
     *,
     partition_bytes: int = BYTESCHEDULER_DEFAULT.partition_bytes,
     credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,

@@ -17,7 +17,10 @@ _WHERE = {
     "Adapter": "._tuner", "AutoByteTuner": "._tuner",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = [
+    "Adapter", "AutoByteTuner", "FEATURE_VERSION", "JobInputs", "MetaNetwork", "NetworkShape", "candidate_features",
+    "default_weights_path", "featurize",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -33,7 +33,8 @@ def profile_module(module: Any, example_input: Any, **kwargs: Any) -> ModelProfi
     return _pm(module, example_input, **kwargs)
 
 
-__all__ = sorted([
-    "BandwidthTrace", "Cluster", "ComputeTrace", "DDPResult", "Device", "GBPS", "MODELS", "ModelProfile", "SimResult", "V100",
-    "bucket_limits", "ddp_buckets", "evaluate_configs", "get_model", "profile_module", "simulate", "simulate_ddp",
-])
+__all__ = [
+    "BandwidthTrace", "Cluster", "ComputeTrace", "DDPResult", "Device", "GBPS", "MODELS", "ModelProfile", "SimResult",
+    "V100", "bucket_limits", "ddp_buckets", "evaluate_configs", "get_model", "profile_module", "simulate",
+    "simulate_ddp",
+]

@@ -37,7 +37,7 @@ def _heatmaps(panels: Sequence[tuple[str, np.ndarray]], title: str, path: str) -
         speedup = g / g.min()
         im = ax.imshow(speedup, origin="lower", cmap="viridis")
         i, j = np.unravel_index(int(g.argmax()), g.shape)
-        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="red", lw=2))
+        ax.add_patch(plt.Rectangle((float(j) - 0.5, float(i) - 0.5), 1, 1, fill=False, ec="red", lw=2))
         for (a, b), v in np.ndenumerate(speedup):
             ax.text(b, a, f"{v:.2f}", ha="center", va="center", color="w" if v < speedup.max() * 0.9 else "k", fontsize=7)
         ax.set_xticks(range(len(CREDITS)), [f"{k}X" for k in CREDITS])
@@ -65,9 +65,9 @@ def timeline(path: str) -> None:
     L = m.n_layers
     for e in ev:
         if e["kind"] == "message":
-            y, color = 0.0, plt.cm.plasma(e["index"] / max(1, r.n_messages - 1))
+            y, color = 0.0, matplotlib.colormaps["plasma"](e["index"] / max(1, r.n_messages - 1))
         elif e["worker"] == 0:
-            y, color = 1.0, plt.cm.Blues(0.3 + 0.7 * e["index"] / L) if e["kind"] == "forward" else plt.cm.Greens(0.3 + 0.7 * e["index"] / L)
+            y, color = 1.0, matplotlib.colormaps["Blues"](0.3 + 0.7 * e["index"] / L) if e["kind"] == "forward" else matplotlib.colormaps["Greens"](0.3 + 0.7 * e["index"] / L)
         else:
             continue
         ax.barh(y, (e["end"] - e["start"]) * 1e3, left=(e["start"] - t0) * 1e3, height=0.6, color=color, lw=0)

@@ -496,4 +496,6 @@ def row_layers(data: dict[str, Any], row: int, column: str = "layer_backward_mea
     return data[column][s : s + int(data["n_layers"][row])]
 
 
-__all__ = sorted(["DatasetSpec", "FLAT_COLUMNS", "ROW_COLUMNS", "generate", "load_dataset", "read_meta", "read_shard", "row_layers"])
+__all__ = [
+    "DatasetSpec", "FLAT_COLUMNS", "ROW_COLUMNS", "generate", "load_dataset", "read_meta", "read_shard", "row_layers",
+]

@@ -17,19 +17,7 @@ from ._netns import SUBNET, Network
 from ._state import TestbedError, cleanup_runs, default_state_dir
 from ._trace import BandwidthTrace, CompetingFlow, RateChange, parse_flow
 
-__all__ = sorted(
-    [
-        "BandwidthTrace",
-        "CompetingFlow",
-        "Network",
-        "RateChange",
-        "SUBNET",
-        "Testbed",
-        "TestbedError",
-        "cleanup_runs",
-        "default_state_dir",
-        "launch",
-        "notify_iteration",
-        "parse_flow",
-    ]
-)
+__all__ = [
+    "BandwidthTrace", "CompetingFlow", "Network", "RateChange", "SUBNET", "Testbed", "TestbedError", "cleanup_runs",
+    "default_state_dir", "launch", "notify_iteration", "parse_flow",
+]

@@ -452,7 +452,7 @@ def plot(pts: Sequence[Point], scatter_path: str, grid_path: str, summary: dict[
     import matplotlib.pyplot as plt
 
     rates = sorted({p.rate_mbit for p in pts})
-    colors = {r: plt.cm.viridis(i / max(1, len(rates) - 1)) for i, r in enumerate(rates)}
+    colors = {r: matplotlib.colormaps["viridis"](i / max(1, len(rates) - 1)) for i, r in enumerate(rates)}
     fig, ax = plt.subplots(figsize=(5.2, 5))
     for r in rates:
         for hold in (False, True):
@@ -464,7 +464,7 @@ def plot(pts: Sequence[Point], scatter_path: str, grid_path: str, summary: dict[
             ax.errorbar([p.measured_s for p in sel], [p.sim_s for p in sel], xerr=[lo, hi], fmt="o" if not hold else "s",
                         mfc=colors[r] if not hold else "none", mec=colors[r], ecolor=colors[r], ms=6, lw=0.8,
                         label=f"{_rate_label(r)} Mbit/s{' (held out)' if hold else ''}")
-    lim = [min(min(p.measured_s, p.sim_s) for p in pts) * 0.8, max(max(p.measured_s, p.sim_s) for p in pts) * 1.25]
+    lim = (min(min(p.measured_s, p.sim_s) for p in pts) * 0.8, max(max(p.measured_s, p.sim_s) for p in pts) * 1.25)
     ax.plot(lim, lim, "k-", lw=0.8)
     ax.fill_between(lim, [v / 1.15 for v in lim], [v * 1.15 for v in lim], color="0.9", lw=0, label="±15%")
     ax.set_xscale("log")
@@ -482,16 +482,16 @@ def plot(pts: Sequence[Point], scatter_path: str, grid_path: str, summary: dict[
     cfgs = sorted({p.config for p in pts}, key=lambda c: (c.partition_bytes, c.credit_bytes))
     fig, axes = plt.subplots(1, len(rates), figsize=(2.6 * len(rates), 3.4), squeeze=False)
     for ax, r in zip(axes[0], rates):
-        sel = {p.config: p for p in pts if p.rate_mbit == r}
+        by_config = {p.config: p for p in pts if p.rate_mbit == r}
         xs = np.arange(len(cfgs))
-        meas = [sel[c].measured_s if c in sel else np.nan for c in cfgs]
-        sim = [sel[c].sim_s if c in sel else np.nan for c in cfgs]
-        lo = [sel[c].measured_s - min(sel[c].rep_medians) if c in sel else 0 for c in cfgs]
-        hi = [max(sel[c].rep_medians) - sel[c].measured_s if c in sel else 0 for c in cfgs]
+        meas = [by_config[c].measured_s if c in by_config else np.nan for c in cfgs]
+        sim = [by_config[c].sim_s if c in by_config else np.nan for c in cfgs]
+        lo = [by_config[c].measured_s - min(by_config[c].rep_medians) if c in by_config else 0 for c in cfgs]
+        hi = [max(by_config[c].rep_medians) - by_config[c].measured_s if c in by_config else 0 for c in cfgs]
         ax.errorbar(xs, meas, yerr=[lo, hi], fmt="o-", color="k", ms=4, lw=1, label="testbed")
         ax.plot(xs, sim, "s--", color="tab:red", ms=4, lw=1, label="simulator")
         for i, c in enumerate(cfgs):
-            if c in sel and sel[c].holdout:
+            if c in by_config and by_config[c].holdout:
                 ax.axvspan(i - 0.4, i + 0.4, color="0.92", lw=0)
         ax.set_xticks(xs)
         ax.set_xticklabels([f"{_size(c.partition_bytes)}\n{c.credit_bytes // c.partition_bytes}X" for c in cfgs], fontsize=6)

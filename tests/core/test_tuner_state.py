@@ -10,6 +10,7 @@ continues. Every later decision must equal the uninterrupted run's.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any, Callable
 
@@ -81,7 +82,11 @@ def resumed(name: str, at: int, through: Callable[[dict[str, Any]], dict[str, An
     return head + tail
 
 
-@pytest.mark.parametrize("name", tuner_names())
+_HAS_BO = importlib.util.find_spec("bayes_opt") is not None
+needs_bo = pytest.mark.skipif(not _HAS_BO, reason="bayesian-optimization is not installed (pip install 'autobyte[tune]')")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs_bo) if n == "bo" else n for n in tuner_names()])
 def test_state_round_trips_through_json_to_the_same_decisions(name):
     t = build(name)
     whole, _ = run(t, range(N_WINDOWS), t.start(SPACE, START))
@@ -93,6 +98,7 @@ def test_state_round_trips_through_json_to_the_same_decisions(name):
             assert a == b, f"{name} resumed at window {at} diverges at window {w}: {b} instead of {a}"
 
 
+@needs_bo
 def test_bo_resumed_mid_search_suggests_what_the_uninterrupted_run_does():
     # the case found broken: ByteScheduler's BO resumed inside its GP phase
     t = build("bo")
@@ -125,6 +131,7 @@ def test_autobyte_refuses_a_head_of_another_shape():
         build("autobyte").load_state_dict(state)
 
 
+@needs_bo
 def test_bo_with_fresh_randomness_resumes_to_the_same_decisions():
     # seed=None draws a seed once; the state carries it, so a resumed run still agrees
     first = make_tuner("bo", arch="ps", seed=None)

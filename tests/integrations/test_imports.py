@@ -49,3 +49,29 @@ def test_training_the_meta_network_without_keras_names_the_extra(monkeypatch, tm
     monkeypatch.setitem(sys.modules, "keras", None)
     with pytest.raises(ImportError, match=r"training the meta-network needs Keras 3 .*pip install 'autobyte\[keras\]'.*Using the shipped network needs neither"):
         import_keras()
+
+
+def test_top_level_surface_is_lazy_and_complete():
+    # `import autobyte` imports no framework; every name in __all__ resolves, the framework ones on first use.
+    code = (
+        "import sys, autobyte\n"
+        "assert not {'torch', 'keras', 'mxnet'} & set(sys.modules), sorted({'torch', 'keras', 'mxnet'} & set(sys.modules))\n"
+        "missing = [n for n in autobyte.__all__ if getattr(autobyte, n, None) is None]\n"
+        "assert not missing, missing\n"
+        "from autobyte.integrations.torch import schedule\n"
+        "assert autobyte.schedule is schedule\n"
+        "assert set(autobyte.__all__) <= set(dir(autobyte))\n"
+        "print('ok')\n"
+    )
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+def test_unknown_top_level_name_is_an_attribute_error():
+    import autobyte
+
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        autobyte.nonexistent  # noqa: B018

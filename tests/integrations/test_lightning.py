@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import sys
 
@@ -247,3 +248,23 @@ def test_tensorboard_gets_window_metrics_and_reasons(tmp_path, monkeypatch):
     assert [e.value for e in ea.Scalars("autobyte/reconfigured")].count(1.0) == sum(d["reconfigured"] for d in cb.decisions) >= 1
     lines = (tmp_path / "tb" / "version_0" / "autobyte_decisions.jsonl").read_text().splitlines()
     assert all("grid search" in json.loads(x)["reason"] for x in lines) and lines
+
+
+def test_no_logger_writes_no_file_into_the_working_directory(tmp_path, monkeypatch, caplog):
+    from autobyte.core import Config, SearchSpace
+    from autobyte.core.tuners import GridTuner
+    from autobyte.core.tuning import Controller
+
+    # One process never tunes; here what is tested is where a decision goes.
+    monkeypatch.setattr(Controller, "tuning", property(lambda self: True))
+    monkeypatch.chdir(tmp_path)
+    space = SearchSpace([Config(64, 64), Config(64, 256)])
+    cb = AutoByteCallback(GridTuner(space), partition_bytes=64, credit_bytes=64, window_iters=2, warmup_iters=0, space=space)
+    pl.seed_everything(0, verbose=False)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=6, callbacks=[cb], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(Tiny(), _loader())
+    assert sum(d["reconfigured"] for d in cb.decisions) >= 1
+    assert "AutoByte reconfigured" in caplog.text
+    assert list(tmp_path.iterdir()) == []
