@@ -107,6 +107,27 @@ class _SetUp:
         self._issuer.start()
         self._completer.start()
 
+    def _release_groups(self) -> None:
+        """Destroy the two groups this engine made, once its threads are done.
+
+        Gloo's worker threads hold the async works of the gradient traffic; left to the
+        interpreter's finalization they are destroyed without the GIL and the process can
+        abort after training finished ("terminate called without an active exception",
+        pytorch/pytorch#179291). Destroying the groups here, while Python is alive, joins
+        those threads. It is local: no collective, nothing the peer must match.
+        """
+        fused, self._fused = self._fused, {}
+        fused.clear()
+        self._slot = {}
+        for name in ("comm_group", "ctl_group"):
+            group = getattr(self, name, None)
+            if group is not None and dist.is_initialized():
+                try:
+                    dist.destroy_process_group(group)
+                except (ValueError, RuntimeError):
+                    pass  # already destroyed with the default group by the user or the framework
+            setattr(self, name, None)
+
     def _exchange_identity(self) -> list[tuple[int, int]]:
         """Every rank's (host hash, pid), to name a lost peer later."""
         me = torch.tensor([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=torch.int64, device=self._cdev)

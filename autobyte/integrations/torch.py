@@ -324,6 +324,8 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 self._ready_q.put(("stop",))
                 self._issuer.join(timeout=5)
                 self._completer.join(timeout=5)
+                if self._error is None and not (self._issuer.is_alive() or self._completer.is_alive()):
+                    self._release_groups()
 
     def state_dict(self) -> dict[str, Any]:
         """Plain-typed state: configuration, iteration, controller/tuner state."""
