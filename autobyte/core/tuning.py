@@ -20,6 +20,7 @@ import numpy as np
 
 from ._checks import check_int
 from .metrics import RuntimeFeatures, WindowStats
+from .regime import HarmGuard, RegimeDetector
 from .space import Config, SearchSpace
 
 
@@ -37,6 +38,11 @@ class Observation:
             holds only the iterations after the change, and may be shorter
             than a full one); measurements taken before it describe another
             regime.
+        harm_allowance: iterations' worth of slowdown against the starting
+            configuration that the do-no-harm guard still allows over its
+            span (:class:`~autobyte.core.regime.HarmGuard`); ``None`` when
+            the run is not guarded. A tuner that explores can keep its
+            expected cost below it.
     """
 
     iteration: int
@@ -44,6 +50,7 @@ class Observation:
     speed: float
     features: RuntimeFeatures
     regime_changed: bool = False
+    harm_allowance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,9 @@ class Tuner(abc.ABC):
     """
 
     name: str = "tuner"
+    #: whether the controller's do-no-harm guard watches this tuner's decisions
+    #: (``False`` only for offline searches that are meant to try bad configurations)
+    guarded: bool = True
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""
@@ -103,7 +113,17 @@ class Controller:
     bandwidth drop, another job on the GPU): the iterations before the change
     are dropped and the tuner is asked at once, on the check alone, with
     ``Observation.regime_changed`` set. A change is thus acted on within about
-    ``check_iters`` iterations, and no window mixes two regimes.
+    ``check_iters`` iterations, and no window mixes two regimes. Changes are
+    judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
+    configuration measured again runs more than ``regime_change`` away from
+    its last measurement in this regime.
+
+    Every tuner runs under the do-no-harm guard
+    (:class:`~autobyte.core.regime.HarmGuard`): over any ``harm_span``
+    iterations the tuned run stays within ``harm_budget`` of the speed it
+    would have had at ``initial``; past that, the controller sends it back to
+    ``initial`` (a decision of its own, reason ``guard: ...``) and keeps it
+    there for ``harm_span`` iterations.
 
     Args:
         tuner: the policy (rank 0 only calls :meth:`decide`).
@@ -126,10 +146,14 @@ class Controller:
             :meth:`decide` records each window's speed in :attr:`history` and
             never asks the tuner (no decision, no adaptation, no log line).
             ``None`` (default): tune whatever the number of windows.
+        harm_budget: allowed slowdown against ``initial`` over a span (0.03);
+            ``None`` (or a tuner with ``guarded = False``) turns the guard off.
+        harm_span: iterations of the guard's sliding span (50).
 
     Raises:
         ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
-            ``regime_change`` or ``world_size`` out of range.
+            ``regime_change``, ``world_size``, ``harm_budget`` or
+            ``harm_span`` out of range.
     """
 
     tuner: Tuner
@@ -143,6 +167,8 @@ class Controller:
     check_iters: int | None = None
     regime_change: float | None = 0.15
     world_size: int | None = None
+    harm_budget: float | None = 0.03
+    harm_span: int = 50
     history: list[dict[str, Any]] = field(default_factory=list)
     _skip_until: int = field(default=0, init=False)
 
@@ -164,7 +190,12 @@ class Controller:
         #: windows handed to the tuner so far (a check that completes one increments it)
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
-        self._last_check: tuple[Config, float] | None = None  # config and speed of the previous check
+        self.detector = RegimeDetector(rc) if rc is not None else None
+        self._expected: tuple[Config, float | None] | None = None  # the last decision's config and its predicted speed
+        check_int("harm_span", self.harm_span)
+        self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
+        if not getattr(self.tuner, "guarded", True):
+            self.guard = None
 
     @property
     def tuning(self) -> bool:
@@ -201,13 +232,23 @@ class Controller:
         except ValueError as exc:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
-        changed = False
-        if self._last_check is not None and self.regime_change is not None:
-            cfg, before = self._last_check
-            changed = cfg == self.current and abs(math.log(speed / before)) > math.log1p(self.regime_change)
-        self._last_check = (self.current, speed)
+        expected, self._expected = self._expected, None
+        predicted = expected[1] if expected is not None and expected[0] == self.current else None
+        changed = self.detector.observe(self.current, speed, predicted) if self.detector is not None else False
         if changed:
             self._pending = []  # iterations of the previous regime
+        guard = self.guard if self.tuning else None
+        if guard is not None:
+            guard.record(iteration, self.current, speed, windows[0].n_iters, changed)
+            why = guard.trip(iteration, self.current)
+            if why is not None:
+                self._pending = []
+                self.n_windows += 1
+                self.history.append({"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
+                                     "iterations": windows[0].n_iters, "new_config": guard.initial.to_dict(), "reason": why,
+                                     "predicted_speed": guard.reference, **({"regime_changed": True} if changed else {})})
+                self._expected = (guard.initial, guard.reference)
+                return Decision(guard.initial, why, guard.reference)
         self._pending.append(list(windows))
         if not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:
             return None
@@ -222,7 +263,8 @@ class Controller:
         except ValueError as exc:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
-        obs = Observation(iteration, self.current, speed, features, regime_changed=changed)
+        obs = Observation(iteration, self.current, speed, features, regime_changed=changed,
+                          harm_allowance=None if guard is None else guard.allowance())
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
         decision = self.tuner.observe(obs) if self.tuning else None
@@ -230,8 +272,12 @@ class Controller:
                                  "iterations": merged[0].n_iters}
         if changed:
             entry["regime_changed"] = True
+        if guard is not None and decision is not None and decision.config != guard.initial and guard.holding(iteration):
+            entry["held"] = f"guard holds {guard.initial}: {decision.config} not applied ({decision.reason})"
+            decision = None
         if decision is not None and decision.config != self.current:
             entry.update(new_config=decision.config.to_dict(), reason=decision.reason, predicted_speed=decision.predicted_speed)
+            self._expected = (decision.config, decision.predicted_speed) if decision.predicted_speed else None
         else:
             decision = None
         self.history.append(entry)
@@ -241,14 +287,25 @@ class Controller:
         """Every rank: ``config`` is in force from ``iteration`` on."""
         if config != self.current:
             self._skip_until = iteration + self.warmup_iters
-            self._pending, self._last_check = [], None
+            self._pending = []
+        if self.guard is not None and not self.history:
+            self.guard.initial = config  # the configuration agreed at start is the one to compare with
         self.current = config
 
     def state_dict(self) -> dict[str, Any]:
-        return {"current": self.current.to_dict(), "history": list(self.history), "tuner": self.tuner.state_dict()}
+        state: dict[str, Any] = {"current": self.current.to_dict(), "history": list(self.history), "tuner": self.tuner.state_dict()}
+        if self.detector is not None:
+            state["detector"] = self.detector.state_dict()
+        if self.guard is not None:
+            state["guard"] = self.guard.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "current" in state:
             self.current = Config(**state["current"])
         self.history = list(state.get("history", []))
         self.tuner.load_state_dict(state.get("tuner", {}))
+        if self.detector is not None:
+            self.detector.load_state_dict(state.get("detector", {}))
+        if self.guard is not None:
+            self.guard.load_state_dict(state.get("guard", {}))

@@ -117,6 +117,7 @@ def oracle(model: Any, cluster: Any, space: SearchSpace = EVAL_SPACE) -> tuple[C
 def bo_config(model: Any, cluster: Any, arch: str, seed: int = 0) -> Config:
     """ByteScheduler's BO run before training, in the initial conditions; its final pick."""
     t = BOTuner(arch, seed=seed)
+    t.guarded = False  # an offline search: it is meant to try bad configurations
     run = run_tuner("bo", t, BYTESCHEDULER_DEFAULT, model, lambda w: cluster, 17)
     return t.best if t.best is not None else run.configs[-1]
 
@@ -234,7 +235,7 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
                 errs.append(abs(pending - speed) / speed)
             t.observe(Observation(w, c, speed, f))
             if w + 1 < len(seq):
-                job, _ = t._recent[-1]
+                job, _ = t.learner.recent[-1]
                 nxt = np.array([[seq[w + 1].partition_bytes, seq[w + 1].credit_bytes]], dtype=float)
                 pending = float(t.net.predict_speeds(job, nxt)[0])
         first_under = next((i + 1 for i, e in enumerate(errs) if e < 0.10 and all(x < 0.10 for x in errs[i:])), None)
@@ -250,7 +251,7 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
             res = _sim(model, cl, cur, seed=1000 + w)
             f = res.features()
             d = t.observe(Observation(w, cur, float(f.speed.sum()), f))
-            job, _ = t._recent[-1]
+            job, _ = t.learner.recent[-1]
             grid_mape.append(float(np.mean(np.abs(t.net.predict_speeds(job, EVAL_SPACE.to_array()) - true) / true)))
             cur = d.config if d is not None else cur
         results["shift"]["tuner_grid_mape_by_window"] = grid_mape

@@ -1,4 +1,4 @@
-"""AutoByte's tuner: meta-network predictions + optimization trigger + online adaptation."""
+"""AutoByte's tuner: the policies of ``_policies.py`` composed, and the head's online adaptation (:class:`Adapter`)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,22 @@ import math
 import threading
 import time
 import warnings
-from collections import deque
 from typing import Any
 
 import numpy as np
 
 from autobyte.core.space import Config, SearchSpace
-from autobyte.core.trigger import AdaptTrigger, GainTrigger
 from autobyte.core.tuning import Decision, Observation, Tuner
 
-from ._features import JobInputs, candidate_features, featurize
 from ._network import MetaNetwork, _Head
+from ._policies import Explorer, Learner, Ledger, Mover, Regime, Scorer, _arr, _unarr
 
 _log = logging.getLogger("autobyte.meta")
 
 #: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
 _ENV = [5, 6, 7, 8, 9, 10, 11]
+#: The conditions a regime is recognised by: compute time, slowest uplink, slowest downlink.
+_CONDITIONS = [5, 8, 10]
 #: Their names, for the log.
 _ENV_NAMES = ["compute time", "forward time", "straggling", "min uplink bandwidth", "mean uplink bandwidth",
               "min downlink bandwidth", "mean downlink bandwidth"]
@@ -157,44 +157,47 @@ class Adapter:
         self.last_loss = (first, last)
 
 
-#: A trust region this wide spans every partition size (2**64 bytes).
-_MAX_REACH = 64.0
-
-
 class AutoByteTuner(Tuner):
-    """AutoByte: reconfigure to the meta-network's best predicted candidate when it pays.
+    """AutoByte: measured speeds first, the meta-network to choose what to measure.
 
-    Every window: featurise every worker's statistics, score the whole search
-    space in one batched call, ask :class:`~autobyte.core.trigger.GainTrigger`
-    whether the best beats the configuration in force (measured speeds of this
-    regime override predictions), and adapt the network online when
-    :class:`~autobyte.core.trigger.AdaptTrigger` says it is wrong. After a move
-    that made training slower, it moves back (rollback). Decisions are logged
-    on ``autobyte.meta`` with their reason.
+    A composition of small policies (``autobyte/meta/_policies.py``), asked in
+    this order every window:
+
+    1. :class:`~autobyte.meta._policies.Scorer` predicts every candidate's
+       speed, anchored on the speed observed for the configuration in force.
+    2. :class:`~autobyte.meta._policies.Ledger` files the window under its
+       regime (set of conditions). When the controller's detector saw
+       conditions change, a past regime whose measurement of the configuration
+       in force matches is recalled with all it measured; otherwise a new one
+       starts. Nothing measured is forgotten at a change.
+    3. :class:`~autobyte.meta._policies.Learner` labels pairs of windows and
+       adapts the network's head when a checked prediction was wrong.
+    4. :class:`~autobyte.meta._policies.Mover` goes to the fastest
+       configuration measured in this regime when it beats the one in force
+       (after a trial that measured slower, that is the rollback).
+    5. :class:`~autobyte.meta._policies.Explorer` tries the unmeasured
+       candidate whose expected gain over the time left in this regime
+       (recurrences included) most exceeds the trial's expected cost, inside
+       the controller's do-no-harm allowance; none when no trial pays.
+
+    Each decision is logged on ``autobyte.meta`` with what was measured, what
+    was predicted and why; a window that keeps the configuration logs why at
+    DEBUG level.
 
     Args:
         network: the meta-network; ``None`` loads the shipped pretrained weights.
         weights: path to weights saved by ``autobyte train-meta`` (instead of ``network``).
-        min_gain: predicted gain needed to reconfigure (0.05).
-        max_error: prediction error that starts adaptation (0.10).
+        min_gain: measured advantage needed to move to another measured configuration (0.02).
+        max_error: relative error of a checked prediction that starts adaptation (0.10).
         adapt: adapt online at all (True).
         background: adapt in a background thread (True); ``False`` runs it inline (deterministic, for simulation).
         adapt_time_s: bound of one adaptation (1.0).
         replay_size: rows kept in the replay buffer (256).
-        enabled: ``False`` never reconfigures (predictions are still logged).
-        explore_gain: once per regime (start, or after conditions changed), try
-            the best configuration not yet measured when its predicted gain is
-            above this value (-0.03: within the predictor's typical error of
-            the current speed, so a current config wrongly predicted best still
-            gets challenged); ``None`` never explores. A measured loss of more
-            than 1% is rolled back the next window.
-        reach: trust region of moves to configurations not measured in this
-            regime, in powers of two of the partition size around the
-            current one (4.0: at most 16x smaller or larger). It doubles after
-            each move predicted within ``max_error`` and halves (down to 1)
-            after a worse one or a rollback, and it outlives changes of
-            conditions: a predictor that proved wrong on this cluster takes
-            small steps. ``None``: no limit.
+        enabled: ``False`` never reconfigures (predictions are still made and logged).
+        explore: try unmeasured candidates at all (True); ``False`` moves only between measured ones.
+        remember: recall past regimes when their conditions return (True).
+        trial_iters: iterations one trial costs (12: a window of 10 and 2 warm-up iterations).
+        max_distance: powers of two a trial may reach from the nearest measured configuration (3.0).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -212,63 +215,52 @@ class AutoByteTuner(Tuner):
         network: MetaNetwork | None = None,
         *,
         weights: str | None = None,
-        min_gain: float = 0.05,
+        min_gain: float = 0.02,
         max_error: float = 0.10,
         adapt: bool = True,
         background: bool = True,
         adapt_time_s: float = 1.0,
         replay_size: int = 256,
         enabled: bool = True,
-        explore_gain: float | None = -0.03,
-        reach: float | None = 4.0,
+        explore: bool = True,
+        remember: bool = True,
+        trial_iters: int = 12,
+        max_distance: float = 3.0,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
-        if explore_gain is not None and (isinstance(explore_gain, bool) or not isinstance(explore_gain, (int, float)) or not math.isfinite(explore_gain) or not -0.5 <= explore_gain <= 10):
-            raise ValueError(f"explore_gain must be a finite number in [-0.5, 10] or None, but got explore_gain={explore_gain!r}.")
-        self.explore_gain = explore_gain
-        if reach is not None and (isinstance(reach, bool) or not isinstance(reach, (int, float)) or not math.isfinite(reach) or reach < 1):
-            raise ValueError(f"reach must be a finite number >= 1 or None, but got reach={reach!r}.")
-        self.reach = _MAX_REACH if reach is None else float(reach)
         if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
             raise ValueError(f"replay_size must be a positive integer, but got replay_size={replay_size!r}.")
+        if isinstance(trial_iters, bool) or not isinstance(trial_iters, int) or trial_iters < 1:
+            raise ValueError(f"trial_iters must be a positive integer, but got trial_iters={trial_iters!r}.")
         if network is None:
             network = MetaNetwork.load(weights) if weights is not None else MetaNetwork.load_default()
         self.net = network
-        self.gain = GainTrigger(min_gain)
-        self.error = AdaptTrigger(max_error)
         self.adapter = Adapter(network, time_budget_s=adapt_time_s)
-        self.adapt = bool(adapt)
-        self.background = bool(background)
+        self.mover = Mover(min_gain)
+        self.explorer = Explorer(trial_iters, max_distance=max_distance)
+        self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background, enabled=adapt)
         self.enabled = bool(enabled)
-        self.replay_size = replay_size
+        self.explore = bool(explore)
+        self.remember = bool(remember)
         self._reset()
 
     def _reset(self) -> None:
+        self.ledger = Ledger(recall=self.remember)
         self._window = 0
-        self._pred_next: float | None = None  # prediction for the config in force next window
-        self._recent: deque[tuple[JobInputs, np.ndarray]] = deque(maxlen=8)  # (inputs, embedding) of this regime
-        self._rows: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=self.replay_size)
-        self._measured: dict[Config, float] = {}
-        self._explored = False
-        self._exploring = False  # the last decision was an exploration
-        self._moved = False  # the last decision moved to a configuration predicted, not measured
-        self._move_error = 0.0  # how wrong that prediction was
-        self._bar = 1.0  # doubles after each rollback; halves when conditions change
-        self._reach = self.reach  # trust region: log2 partition distance a move to an unmeasured config may span
-        self._prev: tuple[Config, float] | None = None  # config and speed before the last move
-        self._judged = True  # the last move was measured against the config it left, in one regime
-        self._unjudged: Config | None = None  # a config left by a move that conditions changed before judging
-        self._last_env: tuple[Config, np.ndarray, float] | None = None
-        self.errors: list[float] = []
+        self._last_pred: tuple[Config, np.ndarray] | None = None  # last window's config and predictions
+        self._left: Config | None = None  # the configuration the last decision left
+        self._last_job: np.ndarray | None = None
+        self.errors: list[float] = []  # relative errors of checked predictions
         self.cpu_s = 0.0
         self.n_decisions = 0
+        self.n_trials = 0
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
         if len(space) == 1:
             warnings.warn("autobyte: the search space has one candidate; AutoByte has nothing to tune.", stacklevel=2)
-        self._cands = space.to_array()
+        self.scorer = Scorer(self.net, space)
         self._reset()
         return initial
 
@@ -281,167 +273,75 @@ class AutoByteTuner(Tuner):
             self.cpu_s += time.process_time() - t0
 
     def _observe(self, obs: Observation) -> Decision | None:
-        if not hasattr(self, "_cands"):
+        if not hasattr(self, "scorer"):
             raise RuntimeError("AutoByteTuner.observe called before start(space, initial).")
         self._window += 1
-        w = self._window
         if not (math.isfinite(obs.speed) and obs.speed > 0):
             warnings.warn(f"autobyte: window at iteration {obs.iteration} has speed {obs.speed!r}; keeping {obs.config}.", stacklevel=3)
             return None
         try:
-            job = featurize(obs.features, obs.config, obs.speed)
-            emb = self.net.encode(job)
-            cand = candidate_features(job.layer_bytes, self._cands, obs.config)
-            logr = self.net.head_predict(emb, cand)
-            if not np.all(np.isfinite(logr)) or not np.all(np.isfinite(emb)):
-                raise ValueError("the meta-network produced NaN or inf")
+            sc = self.scorer.score(obs.config, obs.speed, obs.features)
         except (ValueError, FloatingPointError) as exc:
             warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=3)
             return None
-        changed = self._track_regime(job, obs)
-        self._learn(job, emb, obs, changed)
-        # calibrate on the configuration in force: its prediction must equal what was observed
-        cur_idx = self.space.index(obs.config) if obs.config in self.space else None
-        base = logr[cur_idx] if cur_idx is not None else float(self.net.head_predict(emb, candidate_features(job.layer_bytes, np.array([[obs.config.partition_bytes, obs.config.credit_bytes]], float), obs.config))[0])
-        pred = obs.speed * np.exp(logr - base)
-        for c, v in self._measured.items():  # measurements of this regime beat predictions
-            if c in self.space and c != obs.config:
-                pred[self.space.index(c)] = v
-        if cur_idx is not None:
-            pred[cur_idx] = obs.speed
-        # trust region: unmeasured configurations only within reach of the current partition
-        dist = np.abs(np.log2(self._cands[:, 0] / obs.config.partition_bytes))
-        allowed = (dist <= self._reach + 1e-9) | np.array([c in self._measured for c in self.space])
-        best = int(np.argmax(np.where(allowed, pred, -np.inf)))
-        best_cfg, best_speed = self.space[best], float(pred[best])
-        self._pred_next = obs.speed
+        # the last window's prediction of this configuration, checked against what it measured
+        # (after any change of configuration: a trial, a move, the guard, the user; never across
+        # a change of conditions)
+        last, self._last_pred = self._last_pred, (obs.config, sc.predicted)
+        checked = None
+        if last is not None and last[0] != obs.config and obs.config in self.space and not obs.regime_changed:
+            checked = float(last[1][self.space.index(obs.config)])
+            self.errors.append(self.scorer.checked(checked, obs.speed))
+        before = self.ledger.current
+        regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, sc.job.job[_CONDITIONS])
+        if obs.regime_changed:
+            self._log_change(obs, before, regime, sc.job.job)
+        self._last_job = sc.job.job
+        if self.learner.observe(sc.job, sc.embedding, obs.regime_changed, checked):
+            _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * self.errors[-1],
+                      100 * self.learner.trigger.max_error, len(self.learner.rows))
         self.n_decisions += 1
         if not self.enabled or len(self.space) == 1:
             return None
-        # rollback: the last move made things slower, as measured
-        tolerance = 0.01 if self._exploring else self.gain.min_gain
-        self._exploring = False
-        if self._prev is not None and self._prev[0] != obs.config and self._prev[1] > obs.speed * (1 + tolerance):
-            back, v = self._prev
-            self._prev = None
-            self._bar *= 2.0
-            self._reach = max(1.0, self._reach / 2)
-            self.gain.reset()
-            self.gain.should_reconfigure(w, obs.config, obs.speed, back, v)
-            self._pred_next = v
-            _log.info("autobyte: %s measured %.1f samples/s, slower than %s at %.1f: rolling back.", obs.config, obs.speed, back, v)
-            return Decision(back, f"rollback: {obs.config} measured {obs.speed:.1f} < {v:.1f} samples/s of {back}", v)
-        if self._prev is not None and self._prev[0] != obs.config:
-            self._judged = True
-        # a move that conditions changed before it could be judged: measure the
-        # config it left in the new conditions too (one window; the 1% rollback
-        # rule then keeps the faster), so a wrong move cannot stick unnoticed
-        if self._unjudged is not None:
-            back, self._unjudged = self._unjudged, None
-            if back != obs.config and back not in self._measured and self.gain.should_reconfigure(
-                w, obs.config, obs.speed, back, obs.speed * (1 + self.gain.revisit_gain) + 1e-9
-            ):
-                self._prev, self._exploring, self._judged = (obs.config, obs.speed), True, False
-                self._pred_next = None
-                reason = f"re-measure: the move away from {back} was not judged before conditions changed"
-                _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, back, reason)
-                return Decision(back, reason, None)
-        # a move to a configuration never measured here must beat the predictor's
-        # own demonstrated error (its last move), and the bar doubles after every rollback
-        bar = self._bar * max(self.gain.min_gain, self._move_error)
-        trusted = best_cfg in self._measured or best_speed > obs.speed * (1 + bar)
-        if trusted and self.gain.should_reconfigure(w, obs.config, obs.speed, best_cfg, best_speed):
-            self._moved = best_cfg not in self._measured
-            self._prev, self._judged = (obs.config, obs.speed), False
-            self._pred_next = best_speed
-            gain = best_speed / obs.speed - 1
-            reason = f"predicted {best_speed:.1f} samples/s vs {obs.speed:.1f} observed (+{100 * gain:.1f}%)"
-            _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, best_cfg, reason)
-            return Decision(best_cfg, reason, best_speed)
-        # deliberate exploration, once per regime: the best configuration never
-        # measured here, when its prediction is within the predictor's error band
-        # of the current speed (or above); one window tells, and a measured loss
-        # of more than 1% is rolled back the next window
-        if self.explore_gain is not None and not self._explored:
-            unmeasured = allowed & np.array([c not in self._measured and c != obs.config for c in self.space])
-            if unmeasured.any():
-                k = int(np.argmax(np.where(unmeasured, pred, -np.inf)))
-                cfg, sp = self.space[k], float(pred[k])
-                if sp > obs.speed * (1 + self.explore_gain) and self.gain.should_reconfigure(
-                    w, obs.config, obs.speed, cfg, obs.speed * (1 + self.gain.revisit_gain) + 1e-9
-                ):
-                    self._explored = True
-                    self._moved = True
-                    self._exploring = True
-                    self._prev, self._judged = (obs.config, obs.speed), False
-                    self._pred_next = sp
-                    reason = f"explore: predicted {sp:.1f} samples/s vs {obs.speed:.1f} observed ({100 * (sp / obs.speed - 1):+.1f}%), unmeasured"
-                    _log.info("autobyte: window %d, %s -> %s: %s", w, obs.config, cfg, reason)
-                    return Decision(cfg, reason, sp)
+        measured = regime.speeds(self.ledger.stale_windows)
+        move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left)
+        if move is not None:
+            return self._decide(obs, move[0], move[1], measured[move[0]])
+        if self.explore:
+            horizon = self.ledger.horizon(obs.iteration)
+            trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
+                                              self.scorer.sigma(), horizon, obs.harm_allowance)
+            if trial_cfg is not None:
+                predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
+                self.n_trials += 1
+                return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
+        if _log.isEnabledFor(logging.DEBUG):
+            best = max(measured, key=measured.__getitem__)
+            _log.debug("autobyte: window %d keeps %s at %.1f samples/s: fastest measured here %s (%.1f), %d measured, "
+                       "best predicted %s (%.1f), no trial pays", self._window, obs.config, obs.speed, best, measured[best],
+                       len(measured), self.space[int(np.argmax(sc.predicted))], float(np.max(sc.predicted)))
         return None
 
-    def _track_regime(self, job: JobInputs, obs: Observation) -> bool:
-        """Record ``obs``; True when conditions changed since the last window."""
-        env = job.job[_ENV]
-        changed = False
-        if self._last_env is not None:
-            c, e, v = self._last_env
-            same = c == obs.config
-            env_moved = same and bool(np.max(np.abs(env - e)) > math.log(1.1))
-            speed_moved = same and abs(math.log(obs.speed / v)) > math.log(1.1)
-            changed = bool(env_moved or speed_moved or obs.regime_changed)
-            if changed:
-                # say what was seen: a speed change, a change of the measured compute or
-                # bandwidth features, or the controller's signal (a change between two
-                # checks inside the window, which the window's mean may hide)
-                what = []
-                if speed_moved:
-                    what.append(f"speed {v:.1f} -> {obs.speed:.1f} samples/s under {obs.config} ({100 * (obs.speed / v - 1):+.1f}%)")
-                if env_moved:
-                    what.extend(f"{_ENV_NAMES[k]} x{math.exp(env[k] - e[k]):.2f}"
-                                for k in range(len(_ENV)) if abs(env[k] - e[k]) > math.log(1.1))
-                if obs.regime_changed:
-                    what.append("the controller saw the speed change by more than its regime_change threshold between two checks")
-                _log.info("autobyte: conditions changed at iteration %d: %s; forgetting measurements.", obs.iteration, "; ".join(what))
-                self._measured.clear()
-                self._recent.clear()
-                if self._prev is not None and not self._judged:
-                    self._unjudged = self._prev[0]
-                self._prev, self._judged = None, True
-                # explore again in the new regime, unless the predictor's moves
-                # proved wrong on this cluster (its trust region shrank)
-                self._explored = self._reach < self.reach
-                # what the predictor's moves showed about its accuracy on this
-                # cluster (error, bar, reach) outlives the regime; the bar decays
-                self._moved, self._bar = False, max(1.0, self._bar / 2)
-                self.gain.reset()
-        self._last_env = (obs.config, env, obs.speed)
-        self._measured[obs.config] = obs.speed
-        return changed
+    def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float) -> Decision:
+        self._left = obs.config
+        _log.info("autobyte: window %d, %s -> %s: %s", self._window, obs.config, cfg, reason)
+        return Decision(cfg, reason, predicted)
 
-    def _learn(self, job: JobInputs, emb: np.ndarray, obs: Observation, changed: bool = False) -> None:
-        if changed:  # the last prediction was for other conditions: it says nothing about the predictor
-            self._moved, adapting = False, False
-        elif self._pred_next is not None:
-            err = abs(self._pred_next - obs.speed) / obs.speed
-            self.errors.append(err)
-            adapting = self.error.should_adapt(self._pred_next, obs.speed)
-            if self._moved:
-                self._move_error = err
-                self._moved = False
-                # a move predicted within max_error widens the trust region, a worse one narrows it
-                self._reach = min(_MAX_REACH, 2 * self._reach) if err <= self.error.max_error else max(1.0, self._reach / 2)
+    def _log_change(self, obs: Observation, before: Regime, regime: Regime, job: np.ndarray) -> None:
+        what = []
+        old = before.measured.get(obs.config)
+        if old is not None:
+            what.append(f"speed {old[0]:.1f} -> {obs.speed:.1f} samples/s under {obs.config} ({100 * (obs.speed / old[0] - 1):+.1f}%)")
+        if self._last_job is not None:
+            env, e = job[_ENV], self._last_job[_ENV]
+            what.extend(f"{_ENV_NAMES[k]} x{math.exp(env[k] - e[k]):.2f}" for k in range(len(_ENV)) if abs(env[k] - e[k]) > math.log(1.1))
+        what.append("the controller's detector saw the speed of one configuration change by more than its threshold")
+        if self.ledger.recalled:
+            known = ", ".join(f"{c} {v:.1f}" for c, v in sorted(regime.speeds(self.ledger.stale_windows).items(), key=lambda x: -x[1])[:3])
+            tail = f"these conditions were seen before (regime {regime.ident}): reusing {len(regime.measured)} measurements ({known})"
         else:
-            adapting = False
-        cfg = np.array([[obs.config.partition_bytes, obs.config.credit_bytes]], dtype=np.float64)
-        for past, pemb in self._recent:  # this window's speed labels every earlier window of the regime
-            cf = candidate_features(past.layer_bytes, cfg, past.current)
-            self._rows.append((pemb[0], cf[0], math.log(obs.speed / past.observed_speed)))
-        self._recent.append((job, emb))
-        if adapting and self.adapt and len(self._rows) >= 2:
-            e, c, y = (np.array(x) for x in zip(*self._rows))
-            if self.adapter.start(e, c, y, background=self.background):
-                _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * self.errors[-1], 100 * self.error.max_error, len(y))
+            tail = f"new conditions (regime {regime.ident}); what was measured before is kept for when they return"
+        _log.info("autobyte: conditions changed at iteration %d: %s; %s.", obs.iteration, "; ".join(what), tail)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -455,26 +355,16 @@ class AutoByteTuner(Tuner):
 
         return {
             "window": self._window,
-            "gain": self.gain.state_dict(),
-            "error": self.error.state_dict(),
-            "measured": [[c.partition_bytes, c.credit_bytes, v] for c, v in self._measured.items()],
-            "pred_next": self._pred_next,
-            "recent": [{"layers": _arr(j.layers), "job": _arr(j.job), "layer_bytes": _arr(j.layer_bytes),
-                        "current": cfg(j.current), "observed_speed": j.observed_speed, "embedding": _arr(e)}
-                       for j, e in self._recent],
-            "rows": [[_arr(e), _arr(c), y] for e, c, y in self._rows],
-            "explored": self._explored,
-            "exploring": self._exploring,
-            "moved": self._moved,
-            "move_error": self._move_error,
-            "bar": self._bar,
-            "reach": self._reach,
-            "prev": None if self._prev is None else [cfg(self._prev[0]), self._prev[1]],
-            "judged": self._judged,
-            "unjudged": cfg(self._unjudged),
-            "last_env": None if self._last_env is None else [cfg(self._last_env[0]), _arr(self._last_env[1]), self._last_env[2]],
+            "ledger": self.ledger.state_dict(),
+            "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
+            "learner": self.learner.state_dict(),
+            "mover": self.mover.trigger.state_dict(),
+            "last_pred": None if self._last_pred is None else [cfg(self._last_pred[0]), _arr(self._last_pred[1])],
+            "left": cfg(self._left),
+            "last_job": None if self._last_job is None else _arr(self._last_job),
             "errors": list(self.errors),
             "n_decisions": self.n_decisions,
+            "n_trials": self.n_trials,
             "head": [[_arr(k), _arr(b)] for k, b in self.net._np_head.d],
         }
 
@@ -497,44 +387,19 @@ class AutoByteTuner(Tuner):
             head.d = d
             self.net._np_head = head  # one reference swap, as adaptation does
         self._window = int(state.get("window", self._window))
-        self.gain.load_state_dict(state.get("gain", {}))
-        self.error.load_state_dict(state.get("error", {}))
-        if "measured" in state:
-            self._measured = {Config(int(p), int(c)): float(v) for p, c, v in state["measured"]}
-        if "pred_next" in state:
-            self._pred_next = None if state["pred_next"] is None else float(state["pred_next"])
-        if "recent" in state:
-            self._recent.clear()
-            for r in state["recent"]:
-                job = JobInputs(_unarr(r["layers"]), _unarr(r["job"]), _unarr(r["layer_bytes"]),
-                                cfg(r["current"]), float(r["observed_speed"]))  # type: ignore[arg-type]
-                self._recent.append((job, _unarr(r["embedding"])))
-        if "rows" in state:
-            self._rows.clear()
-            self._rows.extend((_unarr(e), _unarr(c), float(y)) for e, c, y in state["rows"])
-        for key in ("explored", "exploring", "moved", "judged"):
-            if key in state:
-                setattr(self, "_" + key, bool(state[key]))
-        for key in ("move_error", "bar", "reach"):
-            if key in state:
-                setattr(self, "_" + key, float(state[key]))
-        if "prev" in state:
-            self._prev = None if state["prev"] is None else (cfg(state["prev"][0]), float(state["prev"][1]))  # type: ignore[assignment]
-        if "unjudged" in state:
-            self._unjudged = cfg(state["unjudged"])
-        if "last_env" in state:
-            le = state["last_env"]
-            self._last_env = None if le is None else (cfg(le[0]), _unarr(le[1]), float(le[2]))  # type: ignore[assignment]
+        self.ledger.load_state_dict(state.get("ledger", {}))
+        if hasattr(self, "scorer"):
+            self.scorer.load_state_dict(state.get("scorer", {}))
+        self.learner.load_state_dict(state.get("learner", {}))
+        self.mover.trigger.load_state_dict(state.get("mover", {}))
+        if "last_pred" in state:
+            t = state["last_pred"]
+            self._last_pred = None if t is None else (cfg(t[0]), _unarr(t[1]))  # type: ignore[assignment]
+        if "left" in state:
+            self._left = cfg(state["left"])
+        if "last_job" in state:
+            self._last_job = None if state["last_job"] is None else _unarr(state["last_job"])
         if "errors" in state:
             self.errors = [float(e) for e in state["errors"]]
         self.n_decisions = int(state.get("n_decisions", self.n_decisions))
-
-
-def _arr(a: np.ndarray) -> dict[str, Any]:
-    """A numpy array as plain types; float values survive JSON exactly (shortest repr round-trips)."""
-    a = np.asarray(a)
-    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.ravel().tolist()}
-
-
-def _unarr(d: dict[str, Any]) -> np.ndarray:
-    return np.asarray(d["data"], dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+        self.n_trials = int(state.get("n_trials", self.n_trials))

@@ -1,0 +1,180 @@
+"""When conditions changed, and what the tuned run cost: the two rules every tuner runs under.
+
+* :class:`RegimeDetector` is the one rule for "conditions changed" (a link
+  slowed down, another job took the GPU): a configuration measured again, in
+  the same regime, runs at a speed more than ``threshold`` away from its last
+  measurement. It compares a configuration with itself only, so a move to a
+  slower configuration is never taken for a change of conditions, and a
+  change that happens while the configuration changes is still seen the next
+  time a configuration already measured runs again.
+* :class:`HarmGuard` is do-no-harm: over any ``span`` iterations, the tuned
+  run must not be more than ``budget`` slower than it would have been at its
+  starting configuration. The :class:`~autobyte.core.tuning.Controller` runs
+  it over every tuner's decisions and tells tuners how much slowdown is still
+  allowed (:attr:`~autobyte.core.tuning.Observation.harm_allowance`), so a
+  tuner can plan its exploration inside it.
+
+Both keep plain-typed state (``state_dict``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from ._checks import check_int
+from .space import Config
+
+
+def _check_fraction(name: str, value: object, upper: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value < upper:
+        raise ValueError(f"{name} must be a number in (0, {upper:g}), but got {name}={value!r}.")
+    return float(value)
+
+
+def _cfg(c: Config) -> list[int]:
+    return [c.partition_bytes, c.credit_bytes]
+
+
+class RegimeDetector:
+    """Conditions changed when a configuration's speed moved by more than ``threshold`` since its last measurement.
+
+    A configuration not yet measured in this regime has nothing of its own to
+    compare with; when the decision that chose it said how fast it would run
+    (``predicted``), a speed more than ``surprise`` away from that prediction
+    counts as a change too (conditions changed at the moment the configuration
+    did: a move predicted to gain 10% that runs 2.5x faster or slower).
+
+    Args:
+        threshold: relative speed change of one configuration that counts as a
+            change of conditions (0.15: above what a window's noise does on a
+            shared host, below what a link change does).
+        surprise: relative distance from the prediction that counts as a change
+            for a configuration new to the regime (0.5: well beyond a
+            predictor's error, within what a link change does).
+
+    Raises:
+        ValueError: ``threshold`` or ``surprise`` not in (0, 10).
+    """
+
+    def __init__(self, threshold: float = 0.15, surprise: float = 0.5) -> None:
+        self.threshold = _check_fraction("threshold", threshold, 10.0)
+        self.surprise = _check_fraction("surprise", surprise, 10.0)
+        #: last measured speed of each configuration in the current regime
+        self.last: dict[Config, float] = {}
+
+    def observe(self, config: Config, speed: float, predicted: float | None = None) -> bool:
+        """Record ``config`` at ``speed``; ``True`` when that is a change of conditions.
+
+        ``predicted``: the speed the decision that chose ``config`` predicted
+        (used only while ``config`` has no measurement in this regime). On a
+        change the regime starts afresh with this one measurement.
+        """
+        before = self.last.get(config)
+        if before is not None:
+            changed = abs(math.log(speed / before)) > math.log1p(self.threshold)
+        else:
+            changed = predicted is not None and predicted > 0 and abs(math.log(speed / predicted)) > math.log1p(self.surprise)
+        if changed:
+            self.last = {}
+        self.last[config] = speed
+        return changed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "last": [_cfg(c) + [v] for c, v in self.last.items()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "last" in state:
+            self.last = {Config(int(p), int(c)): float(v) for p, c, v in state["last"]}
+
+
+class HarmGuard:
+    """Do no harm: the tuned run stays within ``budget`` of its starting configuration over every ``span`` iterations.
+
+    The guard keeps an estimate of the starting configuration's speed in the
+    current conditions (``reference``): measured whenever the run is at that
+    configuration; carried across a change of conditions seen at another
+    configuration in proportion to that configuration's own speed change (the
+    assumption: a change of link or compute slows both alike). Each window at
+    another configuration costs ``n * (reference / speed - 1)`` iterations'
+    worth of time (negative when faster: gains are banked). When the cost
+    over the last ``span`` iterations exceeds ``budget * span``, the guard
+    sends the run back to the starting configuration and keeps it there for
+    ``span`` iterations. A change of conditions seen by the detector (often
+    right after such a return: the starting configuration is slower too)
+    clears the span's costs and ends the hold.
+
+    Args:
+        initial: the starting configuration.
+        budget: allowed slowdown over a span (0.03).
+        span: iterations of the sliding span (50).
+
+    Raises:
+        ValueError: ``budget`` not in (0, 1) or ``span`` not a positive integer.
+    """
+
+    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50) -> None:
+        self.initial = initial
+        self.budget = _check_fraction("budget", budget, 1.0)
+        self.span = check_int("span", span)
+        self.reference: float | None = None
+        self._windows: deque[tuple[int, int, float]] = deque()  # (last iteration, iterations, cost)
+        self._hold_until = -1  # iteration until which the run stays at the starting configuration
+        self._last: tuple[Config, float] | None = None  # config and speed of the last window
+        self.trips = 0
+
+    def record(self, iteration: int, config: Config, speed: float, n_iters: int, changed: bool) -> None:
+        """A window of ``n_iters`` iterations ending at ``iteration`` ran ``config`` at ``speed``."""
+        if changed:
+            # costs so far were counted against the old conditions' reference, and a
+            # hold may have come from a change taken for a bad move: start afresh
+            self._windows.clear()
+            self._hold_until = -1
+            if config != self.initial and self.reference is not None and self._last is not None and self._last[0] == config:
+                self.reference *= speed / self._last[1]
+        if config == self.initial:
+            self.reference = speed
+        cost = 0.0 if self.reference is None or config == self.initial else n_iters * (self.reference / speed - 1.0)
+        self._windows.append((iteration, n_iters, cost))
+        while self._windows and self._windows[0][0] <= iteration - self.span:
+            self._windows.popleft()
+        self._last = (config, speed)
+
+    def cost(self) -> float:
+        """Iterations' worth of time lost to the tuner over the last ``span`` iterations (negative: gained)."""
+        return sum(c for _, _, c in self._windows)
+
+    def allowance(self) -> float:
+        """Iterations' worth of slowdown still allowed over the current span."""
+        return self.budget * self.span - self.cost()
+
+    def holding(self, iteration: int) -> bool:
+        """Whether the guard keeps the run at the starting configuration at ``iteration``."""
+        return iteration < self._hold_until
+
+    def trip(self, iteration: int, current: Config) -> str | None:
+        """The reason to go back to the starting configuration now, or ``None``."""
+        if current == self.initial or self.allowance() >= 0:
+            return None
+        lost = self.cost()
+        self.trips += 1
+        self._hold_until = iteration + self.span
+        self._windows.clear()
+        return (f"guard: {current} cost {lost:.1f} iterations' time over the last {self.span} against {self.initial} "
+                f"(allowed {100 * self.budget:.0f}%): back to the starting configuration for {self.span} iterations")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "windows": [list(w) for w in self._windows], "hold_until": self._hold_until,
+                "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "reference" in state:
+            self.reference = None if state["reference"] is None else float(state["reference"])
+        if "windows" in state:
+            self._windows = deque((int(i), int(n), float(c)) for i, n, c in state["windows"])
+        self._hold_until = int(state.get("hold_until", self._hold_until))
+        if "last" in state:
+            last = state["last"]
+            self._last = None if last is None else (Config(int(last[0]), int(last[1])), float(last[2]))
+        self.trips = int(state.get("trips", self.trips))

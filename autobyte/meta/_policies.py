@@ -1,0 +1,441 @@
+"""The AutoByte tuner's policies: small classes, one decision method each (numpy only).
+
+* :class:`Scorer` — the meta-network's prediction of every candidate's speed,
+  calibrated on the configuration in force, and the predictor's demonstrated
+  error on this job.
+* :class:`Ledger` — measured speeds per regime (set of conditions). Regimes
+  are remembered: when conditions return to ones seen before (the alternating
+  link), what was measured there is reused at once.
+* :class:`Mover` — go to the fastest configuration *measured* in this regime
+  when it beats the one in force (this is also the rollback: after a trial
+  that measured slower, the fastest measured is the one left).
+* :class:`Explorer` — measure a candidate not yet measured here while the
+  expected gain over the time left in this regime exceeds the expected cost of
+  the trial, and while the do-no-harm allowance covers the trial's worst case.
+* :class:`Learner` — labels pairs of windows of one regime with their speed
+  ratio and adapts the network's head online when its predictions are wrong.
+
+Regime *detection* is not here: the controller's one detector
+(:class:`~autobyte.core.regime.RegimeDetector`) sets
+``Observation.regime_changed``; the ledger only decides which regime a window
+belongs to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autobyte.core.space import Config, SearchSpace
+from autobyte.core.trigger import AdaptTrigger, GainTrigger
+
+from ._features import JobInputs, candidate_features, featurize
+from ._network import MetaNetwork
+
+
+def _cfg(c: Config) -> list[int]:
+    return [c.partition_bytes, c.credit_bytes]
+
+
+def _check_range(name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], but got {name}={value!r}.")
+    return float(value)
+
+
+# ---------------------------------------------------------------------- scoring
+@dataclass(frozen=True)
+class Scores:
+    """One window scored: predicted samples/s of every candidate (the current one = observed)."""
+
+    predicted: np.ndarray
+    job: JobInputs
+    embedding: np.ndarray
+
+
+class Scorer:
+    """Predicted speed of every candidate, from the meta-network, anchored on what was observed.
+
+    The network predicts ``log(speed(candidate) / speed(current))``; the
+    prediction for the configuration in force is made equal to the observed
+    speed, so only the network's *ratios* matter. :meth:`sigma` is the
+    predictor's demonstrated error on this job (root mean square log error of
+    its last predictions that were measured), ``sigma0`` before any.
+
+    Args:
+        net: the meta-network.
+        space: the candidates.
+        sigma0: assumed error before any prediction was checked (0.08).
+        sigma_min: floor of the demonstrated error (0.02: a window's noise).
+    """
+
+    def __init__(self, net: MetaNetwork, space: SearchSpace, *, sigma0: float = 0.08, sigma_min: float = 0.02) -> None:
+        self.net = net
+        self.space = space
+        self.cands = space.to_array()
+        self.sigma0 = _check_range("sigma0", sigma0, 1e-3, 2.0)
+        self.sigma_min = _check_range("sigma_min", sigma_min, 1e-3, 2.0)
+        self.errors: deque[float] = deque(maxlen=8)  # log errors of checked predictions
+
+    def score(self, obs_config: Config, speed: float, features: Any) -> Scores:
+        """Score every candidate for a window of ``obs_config`` at ``speed``.
+
+        Raises:
+            ValueError: the features or the network's output are not finite.
+        """
+        job = featurize(features, obs_config, speed)
+        emb = self.net.encode(job)
+        logr = self.net.head_predict(emb, candidate_features(job.layer_bytes, self.cands, obs_config))
+        if obs_config in self.space:
+            base = float(logr[self.space.index(obs_config)])
+        else:
+            here = np.array([[obs_config.partition_bytes, obs_config.credit_bytes]], dtype=np.float64)
+            base = float(self.net.head_predict(emb, candidate_features(job.layer_bytes, here, obs_config))[0])
+        if not (np.all(np.isfinite(logr)) and np.all(np.isfinite(emb)) and math.isfinite(base)):
+            raise ValueError("the meta-network produced NaN or inf")
+        pred = speed * np.exp(logr - base)
+        if obs_config in self.space:
+            pred[self.space.index(obs_config)] = speed
+        return Scores(pred, job, emb)
+
+    def checked(self, predicted: float, observed: float) -> float:
+        """Record a prediction that was measured; returns its relative error."""
+        self.errors.append(math.log(observed / predicted))
+        return abs(observed / predicted - 1.0)
+
+    def sigma(self) -> float:
+        if not self.errors:
+            return self.sigma0
+        return max(self.sigma_min, math.sqrt(sum(e * e for e in self.errors) / len(self.errors)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"errors": list(self.errors)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "errors" in state:
+            self.errors.clear()
+            self.errors.extend(float(e) for e in state["errors"])
+
+
+# ---------------------------------------------------------------------- ledger
+@dataclass
+class Regime:
+    """What was measured in one set of conditions.
+
+    ``measured`` maps a configuration to ``[speed, windows averaged, window
+    index of the last measurement]``; ``durations`` the length in iterations
+    of each past occurrence of this regime.
+    """
+
+    ident: int
+    measured: dict[Config, list[float]] = field(default_factory=dict)
+    windows: int = 0
+    started: int = 0
+    durations: list[int] = field(default_factory=list)
+    #: log of the measured conditions (compute time, slowest up and down link), averaged
+    env: list[float] | None = None
+
+    def speeds(self, stale_windows: int) -> dict[Config, float]:
+        """Measurements not older than ``stale_windows`` windows of this regime."""
+        return {c: v[0] for c, v in self.measured.items() if self.windows - v[2] <= stale_windows}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ident": self.ident, "measured": [_cfg(c) + list(v) for c, v in self.measured.items()],
+                "windows": self.windows, "started": self.started, "durations": list(self.durations), "env": self.env}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Regime":
+        return cls(int(d["ident"]), {Config(int(m[0]), int(m[1])): [float(m[2]), float(m[3]), float(m[4])] for m in d["measured"]},
+                   int(d["windows"]), int(d["started"]), [int(x) for x in d["durations"]],
+                   None if d.get("env") is None else [float(x) for x in d["env"]])
+
+
+class Ledger:
+    """Measured speeds per regime; regimes come back.
+
+    :meth:`observe` is the decision: which regime a window belongs to. At a
+    change of conditions (the controller's signal) the regime left is kept;
+    a past regime in which the configuration in force ran within ``match`` of
+    the speed just observed is *recalled* (its measurements reused at once);
+    failing that, a past regime that never ran it but whose measured
+    conditions are within ``env_match``; otherwise a new regime starts. Measurements of a configuration are
+    averaged over its last windows (at most ``memory`` of them, so slow drift
+    is followed) and forgotten after ``stale_windows`` windows of the regime
+    without a new one.
+
+    Args:
+        match: relative speed difference of the configuration in force under
+            which a past regime counts as the same conditions (0.08).
+        memory: windows averaged per measurement (3).
+        stale_windows: windows after which a measurement is forgotten (30).
+        max_regimes: regimes kept (16; the least recently seen is dropped).
+        default_horizon: iterations assumed left in a regime before any regime
+            has ended (200).
+        recall: recall past regimes at all (``False``: every change starts a
+            new regime, as a tuner without memory would).
+        env_match: relative difference of every measured condition (compute
+            time, slowest up and down link) under which a past regime that
+            never ran the configuration in force counts as the same (0.25:
+            achieved link rates vary with the configuration).
+    """
+
+    def __init__(self, *, match: float = 0.08, memory: int = 3, stale_windows: int = 30, max_regimes: int = 16,
+                 default_horizon: int = 200, recall: bool = True, env_match: float = 0.25) -> None:
+        self.match = _check_range("match", match, 1e-3, 1.0)
+        self.memory = int(_check_range("memory", memory, 1, 100))
+        self.stale_windows = int(_check_range("stale_windows", stale_windows, 1, 1e6))
+        self.max_regimes = int(_check_range("max_regimes", max_regimes, 1, 1000))
+        self.default_horizon = int(_check_range("default_horizon", default_horizon, 1, 1e7))
+        self.recall = bool(recall)
+        self.env_match = _check_range("env_match", env_match, 1e-3, 10.0)
+        self.regimes: list[Regime] = [Regime(0)]
+        self.current = self.regimes[0]
+        self._next = 1
+        self.recalled = False  # the last change recalled a past regime
+
+    def observe(self, iteration: int, config: Config, speed: float, changed: bool, env: np.ndarray | None = None) -> Regime:
+        """Record ``config`` at ``speed``; returns the regime this window belongs to.
+
+        ``env``: the window's measured conditions in log units (compute time,
+        slowest up and down link); it recalls a past regime when the
+        configuration in force was never measured there.
+        """
+        self.recalled = False
+        if changed:
+            self.current.durations.append(max(1, iteration - self.current.started))
+            self.current = (self._recall(config, speed, env) if self.recall else None) or self._new()
+            self.current.started = iteration
+        r = self.current
+        if env is not None:
+            r.env = [float(x) for x in (env if r.env is None else 0.5 * (np.asarray(r.env) + env))]
+        r.windows += 1
+        m = r.measured.get(config)
+        if m is None or r.windows - m[2] > self.stale_windows:
+            r.measured[config] = [speed, 1.0, float(r.windows)]
+        else:
+            n = min(m[1], self.memory - 1)
+            r.measured[config] = [(m[0] * n + speed) / (n + 1), m[1] + 1, float(r.windows)]
+        return r
+
+    def _recall(self, config: Config, speed: float, env: np.ndarray | None) -> Regime | None:
+        best, dist = None, math.log1p(self.match)
+        for r in self.regimes:
+            if r is self.current or config not in r.measured:
+                continue
+            d = abs(math.log(speed / r.measured[config][0]))
+            if d < dist:
+                best, dist = r, d
+        if best is None and env is not None:  # the configuration is new there: compare the conditions measured
+            dist = math.log1p(self.env_match)
+            for r in self.regimes:
+                if r is self.current or r.env is None or config in r.measured:
+                    continue
+                d = float(np.max(np.abs(np.asarray(r.env) - env)))
+                if d < dist:
+                    best, dist = r, d
+        if best is not None:
+            self.recalled = True
+            self.regimes.remove(best)
+            self.regimes.append(best)  # most recently seen last
+        return best
+
+    def _new(self) -> Regime:
+        r = Regime(self._next)
+        self._next += 1
+        self.regimes.append(r)
+        if len(self.regimes) > self.max_regimes:
+            self.regimes.pop(0)
+        return r
+
+    def horizon(self, iteration: int) -> float:
+        """Iterations this regime is expected to last from now, recurrences included.
+
+        The time left in this occurrence (the median length of the run's past
+        occurrences, less the time already spent) plus, for a regime that came
+        back before, as many more occurrences as it has had.
+        """
+        ended = [d for r in self.regimes for d in r.durations]
+        if not ended:
+            return float(self.default_horizon)
+        typical = float(np.median(self.current.durations or ended))
+        left = max(0.0, typical - (iteration - self.current.started))
+        return left + len(self.current.durations) * typical
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"regimes": [r.to_dict() for r in self.regimes], "current": self.current.ident, "next": self._next}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "regimes" in state:
+            self.regimes = [Regime.from_dict(d) for d in state["regimes"]]
+            self.current = next(r for r in self.regimes if r.ident == int(state["current"]))
+            self._next = int(state["next"])
+
+
+# ---------------------------------------------------------------------- moving
+class Mover:
+    """Go to the fastest configuration measured in this regime when it beats the one in force by ``min_gain``.
+
+    The threshold is core's :class:`~autobyte.core.trigger.GainTrigger`
+    (no cooldown: every decision is followed by a measured window anyway).
+
+    Args:
+        min_gain: measured advantage needed to move (0.02: above a window's
+            noise, since a move costs warm-up iterations).
+    """
+
+    def __init__(self, min_gain: float = 0.02) -> None:
+        self.trigger = GainTrigger(min_gain, cooldown_windows=0, revisit_gain=min_gain)
+
+    def propose(self, window: int, measured: dict[Config, float], current: Config, speed: float,
+                left: Config | None) -> tuple[Config, str] | None:
+        """At ``window`` (a counter), the measured configuration to move to, with the reason, or ``None``."""
+        others = {c: v for c, v in measured.items() if c != current}
+        if not others:
+            return None
+        best = max(others, key=others.__getitem__)
+        if not self.trigger.should_reconfigure(window, current, speed, best, others[best]):
+            return None
+        what = "rollback" if best == left else "measured best"
+        return best, (f"{what}: {best} measured {others[best]:.1f} samples/s in these conditions, "
+                      f"{current} {speed:.1f} ({100 * (others[best] / speed - 1):+.1f}%)")
+
+
+# ---------------------------------------------------------------------- exploring
+def _norm_pdf(z: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def _norm_cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+
+
+class Explorer:
+    """Measure an unmeasured candidate while the trial pays for itself.
+
+    For each candidate not measured in this regime, the true speed is taken
+    as log-normal around the prediction, with the predictor's demonstrated
+    error ``sigma`` widened by ``widen`` per power of two between the
+    candidate and the nearest measured configuration. The expected gain of a
+    trial is the expected improvement over the best measured speed times the
+    iterations left in the regime (recurrences included); its expected cost is
+    the expected slowdown against the configuration in force over the
+    ``trial_iters`` iterations it runs (a window plus warm-up). The candidate
+    with the largest net value is tried when that value is positive and its
+    cost at ``sigma`` below prediction fits the do-no-harm allowance.
+
+    Args:
+        trial_iters: iterations a trial runs (12: a window of 10 plus 2 warm-up).
+        widen: relative growth of the error per power of two of distance (0.25).
+        max_distance: powers of two (partition or credit) a trial may reach
+            from the nearest measured configuration (3).
+    """
+
+    def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0) -> None:
+        self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
+        self.widen = _check_range("widen", widen, 0.0, 10.0)
+        self.max_distance = _check_range("max_distance", max_distance, 0.0, 64.0)
+
+    def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
+                current: Config, speed: float, sigma: float, horizon: float, allowance: float | None) -> tuple[Config, str] | None:
+        """The candidate to try next, with the reason, or ``None`` (no trial pays)."""
+        if not measured:
+            return None
+        known = np.array([[c.partition_bytes, c.credit_bytes] for c in measured], dtype=np.float64)
+        lp, lc = np.log2(cands[:, :1]), np.log2(cands[:, 1:])
+        dist = np.min(np.maximum(np.abs(lp - np.log2(known[:, 0])[None, :]), np.abs(lc - np.log2(known[:, 1])[None, :])), axis=1)
+        free = np.array([c not in measured and c != current for c in space]) & (dist <= self.max_distance + 1e-9)
+        if not free.any():
+            return None
+        best_known = max(measured.values())
+        s = sigma * (1.0 + self.widen * dist)
+        mu_gain = np.log(np.maximum(predicted, 1e-12) / best_known)
+        z = mu_gain / s
+        ei = s * _norm_pdf(z) + mu_gain * _norm_cdf(z)  # expected log improvement over the best measured
+        mu_cost = np.log(np.maximum(predicted, 1e-12) / speed)
+        zc = mu_cost / s
+        el = s * _norm_pdf(zc) - mu_cost * _norm_cdf(-zc)  # expected log slowdown against the current config
+        value = ei * horizon - el * self.trial_iters
+        if allowance is not None:  # the trial's cost if the truth is one sigma below the prediction
+            worst = self.trial_iters * (speed / (np.maximum(predicted, 1e-12) * np.exp(-s)) - 1.0)
+            free &= worst <= allowance
+        value = np.where(free, value, -np.inf)
+        k = int(np.argmax(value))
+        if not value[k] > 0:
+            return None
+        cfg = space[k]
+        return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s (best measured {best_known:.1f}, "
+                     f"error {100 * s[k]:.0f}%): expected gain {ei[k] * horizon:.2f} iterations over {horizon:.0f} "
+                     f"left in these conditions, expected cost {el[k] * self.trial_iters:.2f}")
+
+
+# ---------------------------------------------------------------------- learning
+class Learner:
+    """Pairs of windows of one regime, labelled with their speed ratio; adapts the head when predictions are wrong.
+
+    Args:
+        adapter: the online adaptation (head fine-tuning).
+        max_error: relative error of a checked prediction that starts an adaptation (0.10).
+        replay_size: labelled rows kept (256).
+        background: adapt in a thread (``True``) or inline (deterministic).
+    """
+
+    def __init__(self, adapter: Any, *, max_error: float = 0.10, replay_size: int = 256, background: bool = True,
+                 enabled: bool = True) -> None:
+        self.adapter = adapter
+        self.trigger = AdaptTrigger(max_error)
+        self.replay_size = int(_check_range("replay_size", replay_size, 1, 1e7))
+        self.background = bool(background)
+        self.enabled = bool(enabled)
+        self.recent: deque[tuple[JobInputs, np.ndarray]] = deque(maxlen=8)
+        self.rows: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=self.replay_size)
+
+    def observe(self, job: JobInputs, emb: np.ndarray, changed: bool, predicted: float | None) -> bool:
+        """Add this window's labels; ``True`` when an adaptation started.
+
+        ``predicted`` is what was predicted for this window's configuration
+        when it was chosen (``None``: no prediction to check).
+        """
+        if changed:
+            self.recent.clear()  # windows of other conditions are no pair for this one
+        cfg = np.array([[job.current.partition_bytes, job.current.credit_bytes]], dtype=np.float64)
+        for past, pemb in self.recent:
+            cf = candidate_features(past.layer_bytes, cfg, past.current)
+            self.rows.append((pemb[0], cf[0], math.log(job.observed_speed / past.observed_speed)))
+        self.recent.append((job, emb))
+        wrong = predicted is not None and self.trigger.should_adapt(predicted, job.observed_speed)
+        if not (self.enabled and wrong and len(self.rows) >= 2):
+            return False
+        e, c, y = (np.array(x) for x in zip(*self.rows))
+        return bool(self.adapter.start(e, c, y, background=self.background))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"trigger": self.trigger.state_dict(), "recent": [{"layers": _arr(j.layers), "job": _arr(j.job), "layer_bytes": _arr(j.layer_bytes),
+                            "current": _cfg(j.current), "observed_speed": j.observed_speed, "embedding": _arr(e)}
+                           for j, e in self.recent],
+                "rows": [[_arr(e), _arr(c), y] for e, c, y in self.rows]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trigger.load_state_dict(state.get("trigger", {}))
+        if "recent" in state:
+            self.recent.clear()
+            for r in state["recent"]:
+                job = JobInputs(_unarr(r["layers"]), _unarr(r["job"]), _unarr(r["layer_bytes"]),
+                                Config(int(r["current"][0]), int(r["current"][1])), float(r["observed_speed"]))
+                self.recent.append((job, _unarr(r["embedding"])))
+        if "rows" in state:
+            self.rows.clear()
+            self.rows.extend((_unarr(e), _unarr(c), float(y)) for e, c, y in state["rows"])
+
+
+def _arr(a: np.ndarray) -> dict[str, Any]:
+    """A numpy array as plain types; float values survive JSON exactly (shortest repr round-trips)."""
+    a = np.asarray(a)
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.ravel().tolist()}
+
+
+def _unarr(d: dict[str, Any]) -> np.ndarray:
+    return np.asarray(d["data"], dtype=np.dtype(d["dtype"])).reshape(d["shape"])
