@@ -61,7 +61,8 @@ def _sim(model: Any, cluster: Any, cfg: Config, seed: int, n_iters: int = WINDOW
 
 
 def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Config], model: Any, phase: Callable[[int], Any],
-              n_windows: int, space: SearchSpace = EVAL_SPACE) -> Run:
+              n_windows: int, space: SearchSpace = EVAL_SPACE, *, check_phase: Callable[[int], Any] | None = None,
+              check_config: Callable[[int], Config] | None = None) -> Run:
     """Simulate ``n_windows`` windows, ``CHECK`` iterations at a time, as an engine runs.
 
     ``phase(w)`` gives the Cluster of window ``w``. With a tuner, the
@@ -70,22 +71,30 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
     worker's statistics) gets each chunk's statistics and may reconfigure from the next chunk
     (no warm-up: the simulator has no plan-rebuild cost). Without one,
     ``start`` is the configuration, or a function of the window giving it.
+    ``check_phase(c)``, if given, is the Cluster of check ``c`` (iterations
+    ``c * CHECK`` to ``(c + 1) * CHECK``) instead of ``phase`` of its window,
+    for conditions that change at any multiple of ``CHECK`` iterations;
+    without a tuner, ``check_config(c)``, if given, is the configuration of
+    check ``c`` (a schedule switching at any check, e.g. a per-segment oracle).
     """
     run = Run(name)
     coord = None
     coll = LocalCollective()  # the simulator holds every worker's statistics
     if tuner is not None:
         assert isinstance(start, Config)
-        cl0 = phase(0)
+        cl0 = phase(0) if check_phase is None else check_phase(0)
         ctl = Controller(tuner, space, start, cl0.arch, model.layer_bytes, window_iters=WINDOW, warmup_iters=0,
                          link_factor=cl0.link_factor, check_iters=CHECK)
         coord = WindowCoordinator(ctl, coll)
     fixed: Callable[[int], Config] = start if callable(start) else (lambda w: start)  # type: ignore[assignment,return-value]
+    if check_config is not None:
+        fixed = lambda w: check_config(w * WINDOW // CHECK)  # noqa: E731
     cur = coord.config if coord is not None else fixed(0)
     samples = time_s = 0.0
-    for c in range(n_windows * WINDOW // CHECK):
+    n_checks = n_windows * WINDOW // CHECK
+    for c in range(n_checks):
         w = c * CHECK // WINDOW
-        res = _sim(model, phase(w), cur, seed=1000 + c, n_iters=CHECK)
+        res = _sim(model, phase(w) if check_phase is None else check_phase(c), cur, seed=1000 + c, n_iters=CHECK)
         run.check_speeds.append(res.samples_per_s)
         samples += res.samples_per_s * float(np.sum(res.iter_time_s))
         time_s += float(np.sum(res.iter_time_s))
@@ -101,7 +110,12 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
             run.speeds.append(samples / time_s)
             run.configs.append(cur)
             samples = time_s = 0.0
-        nxt = coord.config if coord is not None else fixed(it // WINDOW)
+        if coord is not None:
+            nxt = coord.config
+        elif check_config is not None:
+            nxt = check_config(c + 1) if c + 1 < n_checks else cur
+        else:
+            nxt = fixed(it // WINDOW)
         if nxt != cur:
             run.changes.append(it)
         cur = nxt
