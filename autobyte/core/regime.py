@@ -40,42 +40,33 @@ def _cfg(c: Config) -> list[int]:
 class RegimeDetector:
     """Conditions changed when a configuration's speed moved by more than ``threshold`` since its last measurement.
 
-    A configuration not yet measured in this regime has nothing of its own to
-    compare with; when the decision that chose it said how fast it would run
-    (``predicted``), a speed more than ``surprise`` away from that prediction
-    counts as a change too (conditions changed at the moment the configuration
-    did: a move predicted to gain 10% that runs 2.5x faster or slower).
+    Only a configuration measured again is compared, with itself: a
+    configuration new to the regime says nothing about the conditions (a
+    predictor can be off by 3x on an unseen model). A change that coincides
+    with a move is seen the next time a configuration already measured runs
+    again (a rollback, or a tuner's deliberate re-measurement).
 
     Args:
         threshold: relative speed change of one configuration that counts as a
             change of conditions (0.15: above what a window's noise does on a
             shared host, below what a link change does).
-        surprise: relative distance from the prediction that counts as a change
-            for a configuration new to the regime (0.5: well beyond a
-            predictor's error, within what a link change does).
 
     Raises:
-        ValueError: ``threshold`` or ``surprise`` not in (0, 10).
+        ValueError: ``threshold`` not in (0, 10).
     """
 
-    def __init__(self, threshold: float = 0.15, surprise: float = 0.5) -> None:
+    def __init__(self, threshold: float = 0.15) -> None:
         self.threshold = _check_fraction("threshold", threshold, 10.0)
-        self.surprise = _check_fraction("surprise", surprise, 10.0)
         #: last measured speed of each configuration in the current regime
         self.last: dict[Config, float] = {}
 
-    def observe(self, config: Config, speed: float, predicted: float | None = None) -> bool:
+    def observe(self, config: Config, speed: float) -> bool:
         """Record ``config`` at ``speed``; ``True`` when that is a change of conditions.
 
-        ``predicted``: the speed the decision that chose ``config`` predicted
-        (used only while ``config`` has no measurement in this regime). On a
-        change the regime starts afresh with this one measurement.
+        On a change the regime starts afresh with this one measurement.
         """
         before = self.last.get(config)
-        if before is not None:
-            changed = abs(math.log(speed / before)) > math.log1p(self.threshold)
-        else:
-            changed = predicted is not None and predicted > 0 and abs(math.log(speed / predicted)) > math.log1p(self.surprise)
+        changed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
         if changed:
             self.last = {}
         self.last[config] = speed

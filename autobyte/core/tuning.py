@@ -191,7 +191,6 @@ class Controller:
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
         self.detector = RegimeDetector(rc) if rc is not None else None
-        self._expected: tuple[Config, float | None] | None = None  # the last decision's config and its predicted speed
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
         if not getattr(self.tuner, "guarded", True):
@@ -232,9 +231,7 @@ class Controller:
         except ValueError as exc:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
-        expected, self._expected = self._expected, None
-        predicted = expected[1] if expected is not None and expected[0] == self.current else None
-        changed = self.detector.observe(self.current, speed, predicted) if self.detector is not None else False
+        changed = self.detector.observe(self.current, speed) if self.detector is not None else False
         if changed:
             self._pending = []  # iterations of the previous regime
         guard = self.guard if self.tuning else None
@@ -247,7 +244,6 @@ class Controller:
                 self.history.append({"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
                                      "iterations": windows[0].n_iters, "new_config": guard.initial.to_dict(), "reason": why,
                                      "predicted_speed": guard.reference, **({"regime_changed": True} if changed else {})})
-                self._expected = (guard.initial, guard.reference)
                 return Decision(guard.initial, why, guard.reference)
         self._pending.append(list(windows))
         if not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:
@@ -277,7 +273,6 @@ class Controller:
             decision = None
         if decision is not None and decision.config != self.current:
             entry.update(new_config=decision.config.to_dict(), reason=decision.reason, predicted_speed=decision.predicted_speed)
-            self._expected = (decision.config, decision.predicted_speed) if decision.predicted_speed else None
         else:
             decision = None
         self.history.append(entry)

@@ -9,6 +9,9 @@
 * :class:`Mover` — go to the fastest configuration *measured* in this regime
   when it beats the one in force (this is also the rollback: after a trial
   that measured slower, the fastest measured is the one left).
+* :class:`Verifier` — re-measure the configuration a trial left when the
+  trial ran far from its prediction (a change of conditions at that moment, or
+  a wrong prediction: the detector tells which).
 * :class:`Explorer` — measure a candidate not yet measured here while the
   expected gain over the time left in this regime exceeds the expected cost of
   the trial, and while the do-no-harm allowance covers the trial's worst case.
@@ -136,40 +139,43 @@ class Regime:
     windows: int = 0
     started: int = 0
     durations: list[int] = field(default_factory=list)
-    #: log of the measured conditions (compute time, slowest up and down link), averaged
-    env: list[float] | None = None
+    #: trials in a row here that did not find a faster configuration
+    misses: int = 0
 
     def speeds(self, stale_windows: int) -> dict[Config, float]:
         """Measurements not older than ``stale_windows`` windows of this regime."""
         return {c: v[0] for c, v in self.measured.items() if self.windows - v[2] <= stale_windows}
 
+    def best(self) -> Config | None:
+        return max(self.measured, key=lambda c: self.measured[c][0]) if self.measured else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"ident": self.ident, "measured": [_cfg(c) + list(v) for c, v in self.measured.items()],
-                "windows": self.windows, "started": self.started, "durations": list(self.durations), "env": self.env}
+                "windows": self.windows, "started": self.started, "durations": list(self.durations), "misses": self.misses}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Regime":
         return cls(int(d["ident"]), {Config(int(m[0]), int(m[1])): [float(m[2]), float(m[3]), float(m[4])] for m in d["measured"]},
-                   int(d["windows"]), int(d["started"]), [int(x) for x in d["durations"]],
-                   None if d.get("env") is None else [float(x) for x in d["env"]])
+                   int(d["windows"]), int(d["started"]), [int(x) for x in d["durations"]], int(d.get("misses", 0)))
 
 
 class Ledger:
     """Measured speeds per regime; regimes come back.
 
     :meth:`observe` is the decision: which regime a window belongs to. At a
-    change of conditions (the controller's signal) the regime left is kept;
-    a past regime in which the configuration in force ran within ``match`` of
-    the speed just observed is *recalled* (its measurements reused at once);
-    failing that, a past regime that never ran it but whose measured
-    conditions are within ``env_match``; otherwise a new regime starts. Measurements of a configuration are
-    averaged over its last windows (at most ``memory`` of them, so slow drift
-    is followed) and forgotten after ``stale_windows`` windows of the regime
-    without a new one.
+    change of conditions (the controller's signal) the regime left is kept and
+    a new one starts. While the new one is young (``young_windows``), a past
+    regime in which the configuration just measured ran within ``match`` of
+    its speed now is *recalled*: the two are the same conditions, and
+    everything measured there counts again at once. :meth:`probe` names the
+    configuration worth running to find out (the best one of the most recent
+    regime other than the one just left, which the change ruled out). Measurements of a configuration are averaged over its last
+    windows (at most ``memory``, so slow drift is followed) and forgotten after
+    ``stale_windows`` windows of the regime without a new one.
 
     Args:
-        match: relative speed difference of the configuration in force under
-            which a past regime counts as the same conditions (0.08).
+        match: relative speed difference of one configuration under which two
+            regimes are the same conditions (0.08).
         memory: windows averaged per measurement (3).
         stale_windows: windows after which a measurement is forgotten (30).
         max_regimes: regimes kept (16; the least recently seen is dropped).
@@ -177,41 +183,36 @@ class Ledger:
             has ended (200).
         recall: recall past regimes at all (``False``: every change starts a
             new regime, as a tuner without memory would).
-        env_match: relative difference of every measured condition (compute
-            time, slowest up and down link) under which a past regime that
-            never ran the configuration in force counts as the same (0.25:
-            achieved link rates vary with the configuration).
+        young_windows: windows of a new regime during which it may still turn
+            out to be a past one (3).
     """
 
     def __init__(self, *, match: float = 0.08, memory: int = 3, stale_windows: int = 30, max_regimes: int = 16,
-                 default_horizon: int = 200, recall: bool = True, env_match: float = 0.25) -> None:
+                 default_horizon: int = 200, recall: bool = True, young_windows: int = 3) -> None:
         self.match = _check_range("match", match, 1e-3, 1.0)
         self.memory = int(_check_range("memory", memory, 1, 100))
         self.stale_windows = int(_check_range("stale_windows", stale_windows, 1, 1e6))
         self.max_regimes = int(_check_range("max_regimes", max_regimes, 1, 1000))
         self.default_horizon = int(_check_range("default_horizon", default_horizon, 1, 1e7))
         self.recall = bool(recall)
-        self.env_match = _check_range("env_match", env_match, 1e-3, 10.0)
+        self.young_windows = int(_check_range("young_windows", young_windows, 0, 1e6))
         self.regimes: list[Regime] = [Regime(0)]
         self.current = self.regimes[0]
         self._next = 1
-        self.recalled = False  # the last change recalled a past regime
+        self.recalled: Regime | None = None  # the regime this window recalled, if any
+        self._left: Regime | None = None  # the regime the last change left (not these conditions, by definition)
 
-    def observe(self, iteration: int, config: Config, speed: float, changed: bool, env: np.ndarray | None = None) -> Regime:
-        """Record ``config`` at ``speed``; returns the regime this window belongs to.
-
-        ``env``: the window's measured conditions in log units (compute time,
-        slowest up and down link); it recalls a past regime when the
-        configuration in force was never measured there.
-        """
-        self.recalled = False
+    def observe(self, iteration: int, config: Config, speed: float, changed: bool) -> Regime:
+        """Record ``config`` at ``speed``; returns the regime this window belongs to."""
+        self.recalled = None
         if changed:
             self.current.durations.append(max(1, iteration - self.current.started))
-            self.current = (self._recall(config, speed, env) if self.recall else None) or self._new()
+            self._left = self.current
+            self.current = self._new()
             self.current.started = iteration
+        if self.recall and self.current.windows < self.young_windows:
+            self._recall(config, speed)
         r = self.current
-        if env is not None:
-            r.env = [float(x) for x in (env if r.env is None else 0.5 * (np.asarray(r.env) + env))]
         r.windows += 1
         m = r.measured.get(config)
         if m is None or r.windows - m[2] > self.stale_windows:
@@ -221,27 +222,36 @@ class Ledger:
             r.measured[config] = [(m[0] * n + speed) / (n + 1), m[1] + 1, float(r.windows)]
         return r
 
-    def _recall(self, config: Config, speed: float, env: np.ndarray | None) -> Regime | None:
+    def _recall(self, config: Config, speed: float) -> None:
+        young = self.current
         best, dist = None, math.log1p(self.match)
         for r in self.regimes:
-            if r is self.current or config not in r.measured:
+            if r is young or config not in r.measured:
                 continue
             d = abs(math.log(speed / r.measured[config][0]))
             if d < dist:
                 best, dist = r, d
-        if best is None and env is not None:  # the configuration is new there: compare the conditions measured
-            dist = math.log1p(self.env_match)
-            for r in self.regimes:
-                if r is self.current or r.env is None or config in r.measured:
-                    continue
-                d = float(np.max(np.abs(np.asarray(r.env) - env)))
-                if d < dist:
-                    best, dist = r, d
-        if best is not None:
-            self.recalled = True
-            self.regimes.remove(best)
-            self.regimes.append(best)  # most recently seen last
-        return best
+        if best is None:
+            return
+        # the young regime was these conditions all along: its measurements join the old one's
+        self.regimes.remove(young)
+        self.regimes.remove(best)
+        self.regimes.append(best)  # most recently seen last
+        for c, v in young.measured.items():
+            best.measured[c] = [v[0], v[1], float(best.windows + v[2])]
+        best.windows += young.windows
+        best.started = young.started
+        self.current = self.recalled = best
+
+    def probe(self, current: Config) -> Config | None:
+        """A configuration that would tell whether a young regime is a past one, or ``None``."""
+        if not self.recall or self.current.windows > self.young_windows or len(self.regimes) < 2:
+            return None
+        for r in reversed(self.regimes):
+            b = r.best() if r is not self.current and r is not self._left else None
+            if b is not None and b != current and b not in self.current.measured:
+                return b
+        return None
 
     def _new(self) -> Regime:
         r = Regime(self._next)
@@ -304,6 +314,35 @@ class Mover:
                       f"{current} {speed:.1f} ({100 * (others[best] / speed - 1):+.1f}%)")
 
 
+class Verifier:
+    """A trial that ran far from its prediction is checked against the configuration it left.
+
+    The regime detector compares a configuration only with itself, so a
+    change of conditions at the moment of a trial looks like the trial's own
+    speed. When a trial's speed is more than ``surprise`` away from its
+    prediction and no other policy moves, the configuration it left runs one
+    window again: if conditions changed, the detector sees it there; if not,
+    the trial's measurement stands (the mover returns to it when it is faster).
+
+    Args:
+        surprise: relative distance from the prediction that asks for a check (0.5).
+    """
+
+    def __init__(self, surprise: float = 0.5) -> None:
+        self.surprise = _check_range("surprise", surprise, 1e-3, 100.0)
+
+    def propose(self, trial: tuple[Config, float, Config] | None, current: Config, speed: float,
+                changed: bool) -> tuple[Config, str] | None:
+        """``trial``: the configuration tried, its prediction and the configuration it left."""
+        if trial is None or changed or trial[0] != current or trial[2] == current:
+            return None
+        if abs(math.log(speed / trial[1])) <= math.log1p(self.surprise):
+            return None
+        return trial[2], (f"verify: {current} ran {speed:.1f} samples/s against {trial[1]:.1f} predicted "
+                          f"({100 * (speed / trial[1] - 1):+.0f}%); re-measuring {trial[2]} to tell a change of "
+                          f"conditions from a wrong prediction")
+
+
 # ---------------------------------------------------------------------- exploring
 def _norm_pdf(z: np.ndarray) -> np.ndarray:
     return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
@@ -332,18 +371,31 @@ class Explorer:
         widen: relative growth of the error per power of two of distance (0.25).
         max_distance: powers of two (partition or credit) a trial may reach
             from the nearest measured configuration (3).
+        max_sigma: the largest predictor error the expected values use (0.25).
+        max_misses: trials in a row without a faster configuration after
+            which a regime is not explored any more (3).
     """
 
-    def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0) -> None:
+    def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0, max_sigma: float = 0.25,
+                 max_misses: int = 3) -> None:
         self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
         self.widen = _check_range("widen", widen, 0.0, 10.0)
         self.max_distance = _check_range("max_distance", max_distance, 0.0, 64.0)
+        self.max_sigma = _check_range("max_sigma", max_sigma, 1e-3, 10.0)
+        self.max_misses = int(_check_range("max_misses", max_misses, 1, 1e6))
 
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
-                current: Config, speed: float, sigma: float, horizon: float, allowance: float | None) -> tuple[Config, str] | None:
-        """The candidate to try next, with the reason, or ``None`` (no trial pays)."""
-        if not measured:
+                current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
+                misses: int = 0) -> tuple[Config, str] | None:
+        """The candidate to try next, with the reason, or ``None`` (no trial pays).
+
+        ``misses``: trials in a row in this regime that found nothing faster;
+        at ``max_misses`` the predictor has shown it cannot point to a better
+        configuration here, and exploring stops until conditions change.
+        """
+        if not measured or misses >= self.max_misses:
             return None
+        sigma = min(sigma, self.max_sigma)  # beyond it the predictor ranks no better than chance; misses stop the search
         known = np.array([[c.partition_bytes, c.credit_bytes] for c in measured], dtype=np.float64)
         lp, lc = np.log2(cands[:, :1]), np.log2(cands[:, 1:])
         dist = np.min(np.maximum(np.abs(lp - np.log2(known[:, 0])[None, :]), np.abs(lc - np.log2(known[:, 1])[None, :])), axis=1)

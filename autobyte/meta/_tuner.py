@@ -16,14 +16,12 @@ from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuning import Decision, Observation, Tuner
 
 from ._network import MetaNetwork, _Head
-from ._policies import Explorer, Learner, Ledger, Mover, Regime, Scorer, _arr, _unarr
+from ._policies import Explorer, Learner, Ledger, Mover, Regime, Scorer, Verifier, _arr, _unarr
 
 _log = logging.getLogger("autobyte.meta")
 
 #: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
 _ENV = [5, 6, 7, 8, 9, 10, 11]
-#: The conditions a regime is recognised by: compute time, slowest uplink, slowest downlink.
-_CONDITIONS = [5, 8, 10]
 #: Their names, for the log.
 _ENV_NAMES = ["compute time", "forward time", "straggling", "min uplink bandwidth", "mean uplink bandwidth",
               "min downlink bandwidth", "mean downlink bandwidth"]
@@ -175,7 +173,11 @@ class AutoByteTuner(Tuner):
     4. :class:`~autobyte.meta._policies.Mover` goes to the fastest
        configuration measured in this regime when it beats the one in force
        (after a trial that measured slower, that is the rollback).
-    5. :class:`~autobyte.meta._policies.Explorer` tries the unmeasured
+    5. :class:`~autobyte.meta._policies.Verifier` re-measures the
+       configuration a trial left when the trial ran far from its prediction,
+       so a change of conditions at that moment is not taken for the trial's
+       speed (the detector sees it on the configuration re-measured).
+    6. :class:`~autobyte.meta._policies.Explorer` tries the unmeasured
        candidate whose expected gain over the time left in this regime
        (recurrences included) most exceeds the trial's expected cost, inside
        the controller's do-no-harm allowance; none when no trial pays.
@@ -198,6 +200,8 @@ class AutoByteTuner(Tuner):
         remember: recall past regimes when their conditions return (True).
         trial_iters: iterations one trial costs (12: a window of 10 and 2 warm-up iterations).
         max_distance: powers of two a trial may reach from the nearest measured configuration (3.0).
+        verify: re-measure the configuration a trial left when the trial ran
+            far from its prediction (True).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -226,6 +230,7 @@ class AutoByteTuner(Tuner):
         remember: bool = True,
         trial_iters: int = 12,
         max_distance: float = 3.0,
+        verify: bool = True,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -239,6 +244,8 @@ class AutoByteTuner(Tuner):
         self.adapter = Adapter(network, time_budget_s=adapt_time_s)
         self.mover = Mover(min_gain)
         self.explorer = Explorer(trial_iters, max_distance=max_distance)
+        self.verifier = Verifier()
+        self.verify = bool(verify)
         self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background, enabled=adapt)
         self.enabled = bool(enabled)
         self.explore = bool(explore)
@@ -249,6 +256,8 @@ class AutoByteTuner(Tuner):
         self.ledger = Ledger(recall=self.remember)
         self._window = 0
         self._last_pred: tuple[Config, np.ndarray] | None = None  # last window's config and predictions
+        self._trial: tuple[Config, float, Config] | None = None  # the trial decided last window: config, prediction, left
+        self._held: tuple[float, float] | None = None  # a surprising prediction and its measurement, not yet judged
         self._left: Config | None = None  # the configuration the last decision left
         self._last_job: np.ndarray | None = None
         self.errors: list[float] = []  # relative errors of checked predictions
@@ -289,13 +298,22 @@ class AutoByteTuner(Tuner):
         # a change of conditions)
         last, self._last_pred = self._last_pred, (obs.config, sc.predicted)
         checked = None
+        held, self._held = self._held, None
+        if held is not None and not obs.regime_changed:
+            self.errors.append(self.scorer.checked(*held))  # the surprise was the predictor's, not a change
         if last is not None and last[0] != obs.config and obs.config in self.space and not obs.regime_changed:
             checked = float(last[1][self.space.index(obs.config)])
-            self.errors.append(self.scorer.checked(checked, obs.speed))
+            if abs(math.log(obs.speed / checked)) > math.log1p(self.verifier.surprise):
+                self._held = (checked, obs.speed)  # judged once the verifier has told a change from an error
+            else:
+                self.errors.append(self.scorer.checked(checked, obs.speed))
         before = self.ledger.current
-        regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, sc.job.job[_CONDITIONS])
+        regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed)
         if obs.regime_changed:
             self._log_change(obs, before, regime, sc.job.job)
+        elif self.ledger.recalled is not None:
+            _log.info("autobyte: %s ran %.1f samples/s as in regime %d: these conditions were seen before; reusing "
+                      "%d measurements.", obs.config, obs.speed, regime.ident, len(regime.measured))
         self._last_job = sc.job.job
         if self.learner.observe(sc.job, sc.embedding, obs.regime_changed, checked):
             _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * self.errors[-1],
@@ -304,15 +322,27 @@ class AutoByteTuner(Tuner):
         if not self.enabled or len(self.space) == 1:
             return None
         measured = regime.speeds(self.ledger.stale_windows)
+        trial, self._trial = self._trial, None
+        if trial is not None and trial[0] == obs.config and not obs.regime_changed:
+            others = [v for c, v in measured.items() if c != obs.config]
+            regime.misses = 0 if others and obs.speed > max(others) * (1 + self.mover.trigger.min_gain) else regime.misses + 1
         move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left)
         if move is not None:
             return self._decide(obs, move[0], move[1], measured[move[0]])
+        check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed) if self.verify else None
+        if check is not None:
+            return self._decide(obs, check[0], check[1], measured.get(check[0], obs.speed))
+        probe = self.ledger.probe(obs.config) if obs.regime_changed else None
+        if probe is not None:
+            return self._decide(obs, probe, f"recall: new conditions; {probe}, the fastest in the conditions seen last, "
+                                            f"tells whether they are back", float(sc.predicted[self.space.index(probe)]) if probe in self.space else obs.speed)
         if self.explore:
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
-                                              self.scorer.sigma(), horizon, obs.harm_allowance)
+                                              self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
+                self._trial = (trial_cfg[0], predicted, obs.config)
                 self.n_trials += 1
                 return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
         if _log.isEnabledFor(logging.DEBUG):
@@ -336,7 +366,7 @@ class AutoByteTuner(Tuner):
             env, e = job[_ENV], self._last_job[_ENV]
             what.extend(f"{_ENV_NAMES[k]} x{math.exp(env[k] - e[k]):.2f}" for k in range(len(_ENV)) if abs(env[k] - e[k]) > math.log(1.1))
         what.append("the controller's detector saw the speed of one configuration change by more than its threshold")
-        if self.ledger.recalled:
+        if self.ledger.recalled is not None:
             known = ", ".join(f"{c} {v:.1f}" for c, v in sorted(regime.speeds(self.ledger.stale_windows).items(), key=lambda x: -x[1])[:3])
             tail = f"these conditions were seen before (regime {regime.ident}): reusing {len(regime.measured)} measurements ({known})"
         else:
@@ -359,6 +389,8 @@ class AutoByteTuner(Tuner):
             "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
             "learner": self.learner.state_dict(),
             "mover": self.mover.trigger.state_dict(),
+            "trial": None if self._trial is None else [cfg(self._trial[0]), self._trial[1], cfg(self._trial[2])],
+            "held": None if self._held is None else list(self._held),
             "last_pred": None if self._last_pred is None else [cfg(self._last_pred[0]), _arr(self._last_pred[1])],
             "left": cfg(self._left),
             "last_job": None if self._last_job is None else _arr(self._last_job),
@@ -392,6 +424,11 @@ class AutoByteTuner(Tuner):
             self.scorer.load_state_dict(state.get("scorer", {}))
         self.learner.load_state_dict(state.get("learner", {}))
         self.mover.trigger.load_state_dict(state.get("mover", {}))
+        if "trial" in state:
+            t = state["trial"]
+            self._trial = None if t is None else (cfg(t[0]), float(t[1]), cfg(t[2]))  # type: ignore[assignment]
+        if "held" in state:
+            self._held = None if state["held"] is None else (float(state["held"][0]), float(state["held"][1]))
         if "last_pred" in state:
             t = state["last_pred"]
             self._last_pred = None if t is None else (cfg(t[0]), _unarr(t[1]))  # type: ignore[assignment]
