@@ -1,4 +1,4 @@
-"""AutoByteTuner's log says what changed when it forgets its measurements."""
+"""AutoByteTuner's log says what changed, and what it does with what it measured before."""
 
 from __future__ import annotations
 
@@ -42,14 +42,17 @@ def test_the_controllers_signal_is_named_as_such(caplog, fresh_net):
         o = obs(1, regime_changed=True)
         t.observe(dataclasses.replace(o, speed=o.speed * 1.003))
     (msg,) = messages(caplog)
-    assert "controller" in msg and "samples/s" not in msg
+    assert "controller's detector" in msg and "bandwidth" not in msg  # nothing measured moved: the signal alone
 
 
-def test_a_bandwidth_drop_is_named_with_its_size(caplog, fresh_net):
+def test_a_bandwidth_drop_is_named_with_its_size_and_the_tuner_alone_never_calls_a_change(caplog, fresh_net):
     t = AutoByteTuner(fresh_net, enabled=False)
     t.start(SPACE, CFG)
     with caplog.at_level(logging.INFO, logger="autobyte.meta"):
         t.observe(obs(0, gbps=5.0))
-        t.observe(obs(1, gbps=1.0))
+        t.observe(obs(1, gbps=1.0))  # one detector, in the controller: without its signal, no change
+        assert messages(caplog) == []
+        t.observe(obs(2, gbps=5.0))
+        t.observe(obs(3, gbps=1.0, regime_changed=True))
     (msg,) = messages(caplog)
-    assert "bandwidth x0." in msg and "speed" in msg, msg
+    assert "bandwidth x0.2" in msg and "speed" in msg and "new conditions" in msg, msg

@@ -1,0 +1,138 @@
+"""The one regime detector and the do-no-harm guard, alone and inside the Controller (real simulator)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autobyte import sim
+from autobyte.core import BYTESCHEDULER_DEFAULT, Config, Controller, Decision, KiB, MiB, SearchSpace, Tuner
+from autobyte.core.regime import HarmGuard, RegimeDetector
+from autobyte.core.tuners import make_tuner
+
+A, B = Config(MiB, MiB), Config(4 * MiB, 4 * MiB)
+
+
+def test_detector_compares_a_config_with_itself_only():
+    d = RegimeDetector(0.15)
+    assert not d.observe(A, 100.0)
+    assert not d.observe(B, 40.0)  # another config, slower: not a change
+    assert not d.observe(A, 110.0)  # +10%: noise
+    assert d.observe(B, 20.0)  # B again, half as fast: conditions changed
+    assert d.last == {B: 20.0}  # the regime starts afresh
+    assert not d.observe(A, 50.0)  # A is new to this regime
+
+
+def test_detector_state_round_trips():
+    d = RegimeDetector()
+    d.observe(A, 100.0)
+    e = RegimeDetector()
+    e.load_state_dict(json.loads(json.dumps(d.state_dict())))
+    assert e.observe(A, 50.0)
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 10, float("nan"), True, "0.2"])
+def test_detector_rejects_bad_threshold(bad):
+    with pytest.raises(ValueError, match=r"threshold must be a number in \(0, 10\), but got threshold="):
+        RegimeDetector(bad)
+
+
+def test_guard_counts_time_lost_against_the_start_and_sends_the_run_back():
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(10, A, 100.0, 10, False)
+    assert g.reference == 100.0 and g.allowance() == pytest.approx(1.5)
+    g.record(20, B, 110.0, 10, False)  # faster: gains are banked
+    assert g.cost() < 0 and g.trip(20, B) is None
+    g.record(30, B, 80.0, 10, False)  # 10 * (100/80 - 1) = 2.5 lost, net 1.59 > 1.5 allowed
+    why = g.trip(30, B)
+    assert why is not None and why.startswith("guard:") and g.holding(31) and not g.holding(80)
+
+
+def test_guard_carries_its_reference_across_a_change_and_clears_its_span():
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, B, 50.0, 10, False)
+    assert g.trip(20, B) is not None and g.holding(25)
+    g.record(30, A, 40.0, 5, True)  # back at the start: it is slow too, so conditions changed
+    assert g.reference == 40.0 and not g.holding(31) and g.cost() == 0
+    g.record(40, B, 30.0, 10, False)
+    g.record(50, B, 15.0, 10, True)  # a change seen at B: the reference follows B's own change
+    assert g.reference == pytest.approx(20.0)
+
+
+def test_guard_state_round_trips():
+    g = HarmGuard(A)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, B, 60.0, 10, False)
+    g.trip(20, B)
+    h = HarmGuard(A)
+    h.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    assert h.state_dict() == g.state_dict() and h.holding(21)
+
+
+@pytest.mark.parametrize("kw,match", [({"budget": 0}, "budget must be"), ({"budget": 1.5}, "budget must be"),
+                                      ({"span": 0}, "span must be")])
+def test_guard_rejects_bad_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        HarmGuard(A, **kw)
+
+
+class _Reckless(Tuner):
+    """Always moves to the slowest configuration it knows of (a tuner that does harm)."""
+
+    name = "reckless"
+
+    def observe(self, obs):
+        return Decision(self.worst, "reckless") if obs.config != self.worst else None
+
+
+MODEL = sim.get_model("resnet50")
+CLUSTER = sim.Cluster.from_gbps(4, 2, "ps")
+SPACE = SearchSpace.grid([64 * KiB, MiB, 4 * MiB], [1, 4])
+
+
+def _run(tuner: Tuner, start: Config, iters: int = 200, **kw) -> tuple[list[tuple[int, float]], Controller]:
+    """The controller over the simulator, 5 iterations a check; (iteration, seconds) of every check."""
+    ctl = Controller(tuner, SPACE, start, "ps", MODEL.layer_bytes, window_iters=10, warmup_iters=0, **kw)
+    cur, out = ctl.current, []
+    for c in range(iters // 5):
+        res = sim.simulate(MODEL, CLUSTER, cur, n_iters=5, seed=c)
+        out.append(((c + 1) * 5, float(res.iter_time_s.sum())))
+        d = ctl.decide((c + 1) * 5, res.window_stats())
+        if d is not None:
+            ctl.applied((c + 1) * 5, d.config)
+            cur = d.config
+    return out, ctl
+
+
+def test_the_guard_bounds_what_a_harmful_tuner_costs_every_50_iterations():
+    speeds = {c: sim.simulate(MODEL, CLUSTER, c, n_iters=5, seed=0).samples_per_s for c in SPACE}
+    worst = min(speeds, key=speeds.__getitem__)
+    start = max(speeds, key=speeds.__getitem__)
+    assert speeds[worst] < 0.8 * speeds[start], "the scenario needs a harmful configuration"
+    reckless = _Reckless()
+    reckless.worst = worst
+    base, _ = _run(make_tuner("static"), start)
+    guarded, ctl = _run(reckless, start)
+    assert ctl.guard is not None and ctl.guard.trips >= 2
+    assert any(h.get("reason", "").startswith("guard:") for h in ctl.history)
+    # over every 50-iteration span: the guard's budget plus at most one check (5 iterations) of the harm it reacts to
+    check_cost = 5 * (speeds[start] / speeds[worst] - 1)
+    for end in range(50, 201, 5):
+        t_g = sum(t for it, t in guarded if end - 50 < it <= end)
+        t_b = sum(t for it, t in base if end - 50 < it <= end)
+        assert t_g / t_b - 1 <= 0.03 + check_cost / 50 + 0.01, (end, t_g / t_b)
+    # without the guard the same tuner loses far more
+    reckless2 = _Reckless()
+    reckless2.worst = worst
+    free, _ = _run(reckless2, start, harm_budget=None)
+    assert sum(t for _, t in free) > 1.2 * sum(t for _, t in guarded)
+
+
+def test_an_offline_search_can_switch_the_guard_off():
+    t = make_tuner("grid")
+    t.guarded = False
+    ctl = Controller(t, SPACE, BYTESCHEDULER_DEFAULT, "ps", MODEL.layer_bytes)
+    assert ctl.guard is None
+    assert Controller(make_tuner("grid"), SPACE, BYTESCHEDULER_DEFAULT, "ps", MODEL.layer_bytes).guard is not None

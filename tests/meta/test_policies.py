@@ -1,0 +1,225 @@
+"""The AutoByte tuner's policies, one by one, and the tuner they make (numpy only, real simulator)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from autobyte import sim
+from autobyte.core.space import Config, KiB, MiB, SearchSpace
+from autobyte.core.tuning import Observation
+from autobyte.meta import AutoByteTuner
+from autobyte.meta._policies import Explorer, Ledger, Mover, Verifier
+
+A, B, C, D = Config(MiB, MiB), Config(4 * MiB, 4 * MiB), Config(16 * MiB, 16 * MiB), Config(256 * KiB, 256 * KiB)
+SPACE = SearchSpace([A, B, C, D])
+
+
+# ---------------------------------------------------------------- ledger
+def test_ledger_averages_a_configs_windows_and_keeps_regimes_apart():
+    led = Ledger(memory=3)
+    led.observe(10, A, 100.0, False)
+    led.observe(20, A, 110.0, False)
+    led.observe(30, B, 90.0, False)
+    assert led.current.speeds(30) == {A: pytest.approx(105.0), B: 90.0}
+    r = led.observe(40, A, 50.0, True)  # conditions changed
+    assert r.ident == 1 and r.speeds(30) == {A: 50.0}
+    assert led.regimes[0].durations == [40]
+
+
+def test_ledger_recalls_a_past_regime_when_a_config_runs_as_it_did_there():
+    led = Ledger()
+    led.observe(10, A, 100.0, False)
+    led.observe(20, B, 130.0, False)  # regime 0: B is the best
+    led.observe(30, A, 40.0, True)  # regime 1 (slow link)
+    led.observe(40, C, 45.0, False)
+    r = led.observe(50, C, 150.0, True)  # a change seen on C: new, young regime
+    assert led.recalled is None and r.ident == 2
+    # the probe names the best of the regime before the one just left (regime 1 is ruled out)
+    assert led.probe(C) == B
+    r = led.observe(60, B, 128.0, False)  # B runs as in regime 0: the same conditions
+    assert led.recalled is r and r.ident == 0
+    assert r.speeds(30) == {A: 100.0, B: 129.0, C: 150.0}  # joined; B averaged over both
+
+
+def test_ledger_without_recall_never_merges():
+    led = Ledger(recall=False)
+    led.observe(10, A, 100.0, False)
+    led.observe(20, A, 40.0, True)
+    r = led.observe(30, A, 100.0, True)
+    assert led.recalled is None and r.ident == 2 and led.probe(B) is None
+
+
+def test_ledger_forgets_stale_measurements_and_estimates_the_horizon():
+    led = Ledger(stale_windows=2, default_horizon=123)
+    assert led.horizon(0) == 123  # nothing has ended yet
+    led.observe(10, A, 100.0, False)
+    for it in (20, 30, 40):
+        led.observe(it, B, 90.0, False)
+    assert led.current.speeds(2) == {B: 90.0}  # A's measurement is 3 windows old
+    led.observe(50, B, 30.0, True)  # regime 0 lasted 50 iterations
+    assert led.horizon(60) == pytest.approx(40.0)  # 50 typical, 10 spent, never seen before
+    led.observe(100, B, 90.0, True)  # regime 1 lasted 50
+    led.observe(110, B, 91.0, False)  # recalled regime 0
+    assert led.current.ident == 0 and led.horizon(110) == pytest.approx(40.0 + 50.0)  # one more recurrence expected
+
+
+def test_ledger_state_round_trips_through_json():
+    led = Ledger()
+    led.observe(10, A, 100.0, False)
+    led.observe(20, B, 40.0, True)
+    back = Ledger()
+    back.load_state_dict(json.loads(json.dumps(led.state_dict())))
+    assert back.state_dict() == led.state_dict() and back.current.ident == 1
+
+
+@pytest.mark.parametrize("kw", [{"match": 0}, {"memory": 0}, {"stale_windows": "3"}, {"young_windows": -1}])
+def test_ledger_rejects_bad_arguments(kw):
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=rf"{name} must be a number in"):
+        Ledger(**kw)
+
+
+# ---------------------------------------------------------------- mover and verifier
+def test_mover_goes_to_the_fastest_measured_beyond_its_threshold():
+    m = Mover(min_gain=0.02)
+    assert m.propose(1, {A: 100.0}, A, 100.0, None) is None  # nothing else measured
+    assert m.propose(2, {A: 100.0, B: 101.0}, A, 100.0, None) is None  # within noise
+    cfg, why = m.propose(3, {A: 100.0, B: 110.0, C: 105.0}, A, 100.0, None)
+    assert cfg == B and why.startswith("measured best")
+    cfg, why = Mover().propose(1, {A: 100.0, B: 80.0}, B, 80.0, A)
+    assert cfg == A and why.startswith("rollback")
+
+
+def test_verifier_re_measures_the_config_a_surprising_trial_left():
+    v = Verifier(surprise=0.5)
+    assert v.propose((B, 100.0, A), B, 120.0, False) is None  # within 50% of its prediction
+    cfg, why = v.propose((B, 100.0, A), B, 260.0, False)
+    assert cfg == A and why.startswith("verify")
+    assert v.propose((B, 100.0, A), B, 260.0, True) is None  # the detector already saw the change
+    assert v.propose((B, 100.0, A), C, 260.0, False) is None  # not the trial's window
+
+
+# ---------------------------------------------------------------- explorer
+def _explore(predicted, measured, current=A, speed=100.0, sigma=0.05, horizon=200.0, allowance=None, misses=0, **kw):
+    return Explorer(**kw).propose(SPACE, SPACE.to_array(), np.asarray(predicted, float), measured, current, speed, sigma,
+                                  horizon, allowance, misses)
+
+
+def test_explorer_tries_the_candidate_worth_most():
+    cfg, why = _explore([100.0, 120.0, 104.0, 90.0], {A: 100.0})
+    assert cfg == B and why.startswith("explore")
+
+
+def test_explorer_stops_when_no_trial_pays():
+    assert _explore([100.0, 80.0, 75.0, 70.0], {A: 100.0}) is None  # every candidate predicted far slower
+    assert _explore([100.0, 103.0, 90.0, 90.0], {A: 100.0}, horizon=1.0) is None  # nothing left to gain it over
+    assert _explore([100.0, 120.0, 104.0, 90.0], {A: 100.0}, misses=3) is None  # three misses in a row here
+    assert _explore([100.0, 120.0, 104.0, 90.0], {A: 100.0, B: 95.0, C: 99.0, D: 80.0}) is None  # all measured
+
+
+def test_explorer_keeps_a_trial_inside_the_guards_allowance():
+    # B is predicted a little faster but uncertain: its cost one sigma below prediction is ~3.7 iterations
+    assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=1.0) is None
+    assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=10.0)[0] == B
+
+
+def test_explorer_reaches_only_near_measured_configs():
+    # D (256 KiB) is 2 powers of two from A; with max_distance=1 it is out of reach
+    assert _explore([100.0, 90.0, 90.0, 150.0], {A: 100.0}, max_distance=1.0) is None
+    assert _explore([100.0, 90.0, 90.0, 150.0], {A: 100.0}, max_distance=2.0)[0] == D
+
+
+@pytest.mark.parametrize("kw", [{"trial_iters": 0}, {"widen": -1}, {"max_distance": float("nan")}, {"max_misses": 0}])
+def test_explorer_rejects_bad_arguments(kw):
+    with pytest.raises(ValueError, match=rf"{next(iter(kw))} must be a number in"):
+        Explorer(**kw)
+
+
+# ---------------------------------------------------------------- the tuner composed
+MODEL = sim.get_model("resnet50")
+FAST, SLOW = sim.Cluster.from_gbps(4, 10, "ps"), sim.Cluster.from_gbps(4, 1, "ps")
+GRID = SearchSpace.grid([256 * KiB, MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
+
+
+def _window(cfg: Config, cl, w: int, changed: bool = False) -> Observation:
+    res = sim.simulate(MODEL, cl, cfg, n_iters=4, seed=w)
+    f = res.features()
+    return Observation(10 * (w + 1), cfg, float(f.speed.sum()), f, regime_changed=changed)
+
+
+def _drive(t: AutoByteTuner, start: Config, conds: list, per_phase: int) -> list[tuple[int, Config, str]]:
+    """Alternate conditions every ``per_phase`` windows; the controller's signal set at each switch."""
+    cur, out, w = t.start(GRID, start), [], 0
+    for p, cl in enumerate(conds):
+        for k in range(per_phase):
+            d = t.observe(_window(cur, cl, w, changed=(p > 0 and k == 0)))
+            if d is not None:
+                out.append((w, d.config, d.reason.split(":")[0]))
+                cur = d.config
+            w += 1
+    return out
+
+
+def test_a_regime_seen_before_is_reused_at_once(fresh_net, caplog):
+    t = AutoByteTuner(fresh_net, background=False)
+    with caplog.at_level(logging.INFO, logger="autobyte.meta"):
+        decisions = _drive(t, GRID[4], [FAST, SLOW, FAST, SLOW], per_phase=6)
+    assert "seen before" in caplog.text
+    # after the first occurrence of each, a return goes to the best measured there within two windows
+    for p in (2, 3):
+        first = [d for d in decisions if p * 6 <= d[0] < p * 6 + 2]
+        assert any(r in ("measured best", "recall", "rollback") for _, _, r in first), decisions
+    forgetful = AutoByteTuner(fresh_net, background=False, remember=False)
+    forgot = _drive(forgetful, GRID[4], [FAST, SLOW, FAST, SLOW], per_phase=6)
+    assert sum(r == "explore" for *_, r in decisions[12:]) < sum(r == "explore" for *_, r in forgot[12:]) or not forgot[12:]
+
+
+def test_a_trial_that_measured_slower_is_rolled_back(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur = t.start(GRID, GRID[4])
+    t.observe(_window(cur, FAST, 0))
+    t._trial, t._left = (GRID[0], 1e9, cur), cur  # pretend it just tried GRID[0]
+    slow = _window(GRID[0], FAST, 1)
+    d = t.observe(Observation(slow.iteration, GRID[0], t.ledger.current.measured[cur][0] * 0.7, slow.features))
+    assert d is not None and d.config == cur and d.reason.startswith("rollback")
+
+
+def test_every_decision_says_what_was_measured_and_predicted(fresh_net, caplog):
+    t = AutoByteTuner(fresh_net, background=False)
+    with caplog.at_level(logging.DEBUG, logger="autobyte.meta"):
+        _drive(t, GRID[0], [FAST], per_phase=15)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines and all("samples/s" in m for m in lines if " -> " in m or " keeps " in m)
+    assert any(" keeps " in m and "fastest measured" in m for m in lines)  # a window that stays says why
+
+
+def test_state_round_trip_continues_as_if_not_stopped(fresh_net):
+    conds = [FAST, SLOW, FAST]
+    a = AutoByteTuner(fresh_net, background=False)
+    full = _drive(a, GRID[4], conds, per_phase=4)
+    fresh_net.reset_head()
+    b = AutoByteTuner(fresh_net, background=False)
+    cur, first, w = b.start(GRID, GRID[4]), [], 0
+    for k in range(6):  # the first 6 windows, then a checkpoint
+        d = b.observe(_window(cur, conds[k // 4], w, changed=(k == 4)))
+        if d is not None:
+            first.append((w, d.config, d.reason.split(":")[0]))
+            cur = d.config
+        w += 1
+    state = json.loads(json.dumps(b.state_dict()))
+    fresh_net.reset_head()
+    c = AutoByteTuner(fresh_net, background=False)
+    c.start(GRID, GRID[4])
+    c.load_state_dict(state)
+    rest = []
+    for k in range(6, 12):
+        d = c.observe(_window(cur, conds[k // 4], w, changed=(k == 8)))
+        if d is not None:
+            rest.append((w, d.config, d.reason.split(":")[0]))
+            cur = d.config
+        w += 1
+    assert first + rest == full
