@@ -31,6 +31,8 @@ TIE_TOLERANCE = 0.01
 #: Sizes predicted this close to the best are equal; the advice takes the one with the fewest buckets.
 EQUAL_TOLERANCE = 0.002
 _N_ITERS = 3
+#: Most workers the advice simulates (as ``autobyte simulate``): the simulator's memory and time grow with n.
+MAX_WORKERS = 4096
 #: Named devices whose roofline compute model (docs/simulator.md) can stand in for a measurement.
 DEVICES: dict[str, Device] = {"v100": V100}
 
@@ -263,7 +265,7 @@ def _resolve_model(model: Any, example_input: Any, batch_size: int | None, compu
             src = f"{device.name} roofline of the module's FLOPs (torch.utils.flop_counter) and activation bytes"
         else:
             prof, step = _profile_torch(torch, model, example_input, profile_runs, loss_fn)
-            src = f"measured on this machine ({prof.device}, profile_module, {profile_runs} runs)"
+            src = f"measured on this machine ({prof.device}, profile_module, {profile_runs} run{'s' if profile_runs != 1 else ''})"
         if batch_size is not None:
             prof = prof.with_batch_size(batch_size)
     if compute_scale != 1.0:
@@ -412,6 +414,13 @@ def fit_compute_total(prof: ModelProfile, total_s: float) -> ModelProfile:
     return ModelProfile(prof.name, prof.layer_bytes, fwd, bwd, prof.batch_size, device=prof.device, layer_names=prof.layer_names)
 
 
+def _check_workers(n_workers: Any) -> int:
+    n = check_int("n_workers", n_workers, minimum=2)
+    if n > MAX_WORKERS:
+        raise ValueError(f"n_workers must be an integer in [2, {MAX_WORKERS}], but got n_workers={n_workers!r}.")
+    return n
+
+
 def advise(
     model: Any,
     example_input: Any = None,
@@ -442,7 +451,7 @@ def advise(
             a :class:`~autobyte.sim.ModelProfile`, or a ``torch.nn.Module``
             (profiled on this machine with ``example_input``).
         example_input: one batch for a ``torch.nn.Module`` (a tensor or a tuple).
-        n_workers: data-parallel workers (>= 2).
+        n_workers: data-parallel workers (2 to :data:`MAX_WORKERS`).
         bandwidth_gbps: each worker's link, Gbit/s.
         latency_s: one-way latency per hop (default: the simulator's, 25 us).
         arch: ``"allreduce"`` (DDP and autobyte's engine) or ``"ps"``
@@ -490,7 +499,7 @@ def advise(
         >>> a.ddp_args()  # doctest: +SKIP
         'bucket_cap_mb=...'
     """
-    n_workers = check_int("n_workers", n_workers, minimum=2)
+    n_workers = _check_workers(n_workers)
     bw = check_positive("bandwidth_gbps", bandwidth_gbps, "Gbit/s")
     if latency_s is not None and (isinstance(latency_s, bool) or not isinstance(latency_s, (int, float))
                                   or not math.isfinite(latency_s) or latency_s < 0):
@@ -699,7 +708,7 @@ def advise_from_windows(windows: Sequence[WindowStats], tensor_bytes: Sequence[i
             bandwidth given and none measured.
     """
     prof = profile_from_windows(windows, tensor_bytes)
-    n_workers = check_int("n_workers", n_workers, minimum=2)
+    n_workers = _check_workers(n_workers)
     extra = dict(kwargs.pop("sources", None) or {})
     extra["compute"] = (f"measured in the running job (window of {windows[0].n_iters} iterations: per-tensor backward, "
                         f"forward, batch {prof.batch_size})")

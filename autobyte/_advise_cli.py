@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", default=None, help="with --module: a named device's compute model instead of "
                    "measuring here (v100: roofline of the module's FLOPs)")
     p.add_argument("--profile-runs", type=int, default=3, help="with --module: measured runs (default: 3)")
-    p.add_argument("--workers", type=int, default=8, help="data-parallel workers (default: 8)")
+    p.add_argument("--workers", type=int, default=8, help="data-parallel workers, 2 to 4096 (default: 8)")
     bw = p.add_mutually_exclusive_group()
     bw.add_argument("--bandwidth-gbps", type=float, default=None, help="link per worker, Gbit/s (default: 10)")
     bw.add_argument("--bandwidth-mbit", type=float, default=None, help="link per worker, Mbit/s")
@@ -98,7 +98,8 @@ def _load_module(spec: str, shape_text: str | None, high: int | None) -> tuple[A
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from ._advise import advise
+    from ._advise import MAX_WORKERS, advise
+    from .sim import MODELS
 
     try:
         if args.bandwidth_mbit is not None:
@@ -111,6 +112,8 @@ def _advise(args: argparse.Namespace) -> int:
                 raise ValueError(f"--bandwidth-gbps must be a positive number, but got --bandwidth-gbps={gbps!r}.")
         if args.workers < 2:
             raise ValueError(f"--workers must be an integer >= 2, but got --workers={args.workers!r}.")
+        if args.workers > MAX_WORKERS:
+            raise ValueError(f"--workers must be an integer in [2, {MAX_WORKERS}], but got --workers={args.workers!r}.")
         for flag, v in (("--latency-us", args.latency_us), ("--per-message-us", args.per_message_us)):
             if v is not None and (not math.isfinite(v) or v < 0):
                 raise ValueError(f"{flag} must be a non-negative number, but got {flag}={v!r}.")
@@ -126,6 +129,8 @@ def _advise(args: argparse.Namespace) -> int:
             raise ValueError("--input-shape and --input-int go with --module, but got them without --module.")
         if args.device is not None and args.module is None:
             raise ValueError(f"--device goes with --module (the zoo is V100 already), but got --device={args.device!r} without --module.")
+        if args.module is None and args.model is not None and args.model not in MODELS:
+            raise ValueError(f"--model must be one of {', '.join(sorted(MODELS))}, but got --model={args.model!r}.")
         kw: dict[str, Any] = {}
         if args.caps is not None:
             kw["bucket_caps_mb"] = _floats("--caps", args.caps)

@@ -109,6 +109,33 @@ def test_world_size_one_just_trains():
     assert "train_step" not in got.__dict__  # handed back unwrapped
 
 
+@pytest.mark.parametrize("tuner", ["always-move", "autobyte"])
+def test_world_size_one_makes_no_decision_and_prints_one_line(tuner, capsys, caplog):
+    # One process communicates nothing: the start-up line, then no decision and no output (issue 14).
+    from autobyte.core.tuning import Decision, Tuner
+
+    class AlwaysMove(Tuner):
+        name = "always-move"
+        seen = 0
+
+        def observe(self, obs):
+            AlwaysMove.seen += 1
+            return Decision([c for c in self.space if c != obs.config][0], "move", predicted_speed=1e9)
+
+    assert not torch.distributed.is_initialized() and "WORLD_SIZE" not in os.environ
+    x, y = _data()
+    x, y = np.concatenate([x] * 4), np.concatenate([y] * 4)  # 20 steps per epoch: several windows
+    cb = AutoByteCallback(tuner=AlwaysMove() if tuner == "always-move" else "autobyte", window_iters=2, warmup_iters=1)
+    with caplog.at_level("INFO"):
+        _model().fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[cb])
+    out = capsys.readouterr()
+    lines = [ln for ln in (out.out + out.err + caplog.text).splitlines() if "autobyte" in ln.lower()]
+    assert len(lines) == 1 and "collecting statistics only (one process)" in lines[0], lines
+    assert cb.decisions == [] and cb.handle.config == cb.initial
+    assert len(cb.handle.controller.history) >= 5  # statistics were still collected
+    assert AlwaysMove.seen == 0
+
+
 def test_jit_compiled_model_is_refused():
     x, y = _data()
     with pytest.raises(ValueError, match=r"compiled with jit_compile=True; pass jit_compile=False to model.compile\(\)"):
