@@ -132,7 +132,7 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
         log(f"BO search at {plan.high_mbit:g} Mbit/s ({plan.bo_iters} iterations)")
         d = os.path.join(out, "bo_search")
         _run({"method": "tuner", "tuner": "bo", "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes],
-              "iters": plan.bo_iters, "window_iters": plan.window_iters}, f"const:{plan.high_mbit:g}", d, plan, log)
+              "iters": plan.bo_iters, "window_iters": plan.window_iters, "guarded": False}, f"const:{plan.high_mbit:g}", d, plan, log)
         with open(os.path.join(d, "decisions.jsonl")) as f:
             last = [json.loads(line) for line in f][-1]
         bo_config = Config(*last["config"])

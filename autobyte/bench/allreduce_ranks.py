@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     torch = require_torch()
     import torch.distributed as dist
 
-    from ..core import Config
+    from ..core import Config, make_tuner
     from ..integrations.torch import schedule
     from ..testbed import notify_iteration
     from .models import make_cnn, synthetic_batches
@@ -70,9 +70,13 @@ def main(argv: list[str] | None = None) -> None:
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
     else:
         start = spec.get("config") or (spec["phases"][0][1] if method == "phases" else spec["configs"][0])
+        tuner: Any = spec.get("tuner") if method == "tuner" else None
+        if tuner is not None and spec.get("guarded") is False:  # an offline search (BO before training): no guard
+            tuner = make_tuner(tuner)
+            tuner.guarded = False
         handle = schedule(
             model, opt, partition_bytes=int(start[0]), credit_bytes=int(start[1]),
-            tuner=spec.get("tuner") if method == "tuner" else None,
+            tuner=tuner,
             window_iters=int(spec.get("window_iters", 10)), warmup_iters=int(spec.get("warmup_iters", 2)),
             on_decision=log_decision, timeout_s=float(spec.get("timeout_s", 600)),
         )
