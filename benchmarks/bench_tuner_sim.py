@@ -95,10 +95,10 @@ def _cnn(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
     layers = [("stem", 3 * c * 49 + 2 * c, 2 * 3 * c * 49 * h * h, 4 * (3 * res * res + 3 * c * h * h))]
     n_stages = int(rng.integers(3, 6))
     for s in range(n_stages):
-        cout = c * 2 if s else c
+        cout = min(1024, c * 2) if s else c
         for b in range(int(rng.integers(1, 7))):
             for j in range(int(rng.integers(2, 4))):
-                k = int(rng.choice([1, 3, 3, 5]))
+                k = int(rng.choice([1, 3, 3, 5] if c <= 256 else [1, 3, 3]))
                 cin = c
                 p = k * k * cin * cout + 2 * cout
                 layers.append((f"s{s}.b{b}.c{j}", p, 2.0 * k * k * cin * cout * h * h, 4.0 * (cin + 3 * cout) * h * h))
@@ -110,7 +110,7 @@ def _cnn(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
         layers.append(("fc0", c * hidden + hidden, 2.0 * c * hidden, 4.0 * (c + 2 * hidden)))
         c = hidden
     layers.append(("fc", c * classes + classes, 2.0 * c * classes, 4.0 * (c + 2 * classes)))
-    batch = int(rng.choice([16, 32, 64, 128])) if res >= 128 else int(rng.choice([128, 256, 512]))
+    batch = int(rng.choice([16, 32, 64])) if res >= 128 else int(rng.choice([64, 128, 256]))
     return _roofline(f"cnn-{tag}", layers, batch)
 
 
@@ -192,17 +192,17 @@ class Scenario:
 
 
 def _phase_lengths(rng: np.random.Generator) -> list[int]:
-    target = int(rng.integers(150, 301))
-    out: list[int] = []
-    while sum(out) < target:
-        out.append(5 * int(rng.integers(3, 11)))  # 15..50
-    if sum(out) > 300:
-        out[-1] -= sum(out) - 300
-    if sum(out) % WINDOW:  # whole windows (run_tuner simulates n_windows); the last phase gives or takes 5
-        out[-1] += 5 if out[-1] + 5 <= 50 else -5
-    if out[-1] < 15 and len(out) > 1:
-        out[-2] += out.pop()
-    return out
+    """Phases of 15..50 iterations (multiples of CHECK) adding up to 150..300 whole windows."""
+    while True:
+        target = int(rng.integers(150, 301))
+        out: list[int] = []
+        while sum(out) < target:
+            out.append(5 * int(rng.integers(3, 11)))  # 15..50
+        rest = sum(out[:-1])
+        fits = [x for x in range(15, 55, 5) if 150 <= rest + x <= 300 and (rest + x) % WINDOW == 0]
+        if fits:
+            out[-1] = min(fits, key=lambda x: abs(x - out[-1]))
+            return out
 
 
 def make_scenario(set_name: str, index: int) -> Scenario:
@@ -404,6 +404,11 @@ def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, networ
         "vs_best_static": {k: v / thr["best_static"] for k, v in thr.items()},
         "vs_bytescheduler_default": {k: v / thr["bytescheduler_default"] for k, v in thr.items()},
         "changes": {k: len(r.changes) for k, r in runs.items()},
+        # diagnostics: per segment, throughput / the oracle's (harmonic mean of the checks' speeds:
+        # every check simulates the same number of samples), and each tuner's config per window
+        "segments_vs_oracle": {k: [_seg_speed(sc, r, i) / _seg_speed(sc, runs["oracle"], i) for i in range(len(sc.segments))]
+                               for k, r in runs.items() if k != "oracle"},
+        "configs_by_window": {k: [str(c) for c in runs[k].configs] for k in tuners},
         "tuner_cpu_per_decision_ms": {k: 1e3 * float(np.mean(v)) if v else 0.0 for k, v in cpu.items()},
         "tuner_cpu_max_ms": {k: 1e3 * float(np.max(v)) if v else 0.0 for k, v in cpu.items()},
         "decisions": {k: len(v) for k, v in cpu.items()},
@@ -411,6 +416,12 @@ def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, networ
     }
     log(f"[{sc.index}] {sc.describe()}: " + ", ".join(f"{k} {row['vs_oracle'][k]:.3f}" for k in tuners) + f" of oracle ({row['wall_s']:.1f} s)")
     return row
+
+
+def _seg_speed(sc: Scenario, run: Any, i: int) -> float:
+    s0, n, _ = sc.segments[i]
+    xs = run.check_speeds[s0 // CHECK:(s0 + n) // CHECK]
+    return len(xs) / sum(1.0 / x for x in xs)
 
 
 def _geo(xs: Sequence[float]) -> float:
@@ -436,15 +447,19 @@ def summarise(rows: list[dict[str, Any]], methods: Sequence[str]) -> dict[str, A
 def markdown(set_name: str, rows: list[dict[str, Any]], summary: dict[str, Any], tuners: Sequence[str], command: str) -> str:
     cols = list(tuners) + ["best_static", "bytescheduler_default"]
     short = {"best_static": "best static", "bytescheduler_default": "BS default"}
-    lines = [f"`{command}`", "", f"**Set `{set_name}`**, {len(rows)} scenarios. Cells: throughput / per-segment oracle "
-             "(/ best static in hindsight).", ""]
+    lines = [f"`{command}`", "", f"**Set `{set_name}`**, {len(rows)} scenarios. Cells: scenario throughput / per-segment oracle, "
+             "/ best static in hindsight, / ByteScheduler's default.", ""]
     lines.append("| # | scenario | " + " | ".join(short.get(c, c) for c in cols) + " |")
     lines.append("|---|---|" + "---|" * len(cols))
     for r in rows:
         cells = []
         for c in cols:
-            cells.append(f"{r['vs_oracle'][c]:.3f}" if c in ("best_static", "bytescheduler_default")
-                         else f"{r['vs_oracle'][c]:.3f} ({r['vs_best_static'][c]:.3f})")
+            if c == "bytescheduler_default":
+                cells.append(f"{r['vs_oracle'][c]:.3f} / {r['vs_best_static'][c]:.3f}")
+            elif c == "best_static":
+                cells.append(f"{r['vs_oracle'][c]:.3f} / - / {r['vs_bytescheduler_default'][c]:.2f}")
+            else:
+                cells.append(f"{r['vs_oracle'][c]:.3f} / {r['vs_best_static'][c]:.3f} / {r['vs_bytescheduler_default'][c]:.2f}")
         lines.append(f"| {r['index']} | {r['describe']} | " + " | ".join(cells) + " |")
     lines += ["", "| method | vs oracle: geomean | worst | vs best static: geomean | worst | vs BS default: geomean | worst | CPU / decision (max) |",
               "|---|---|---|---|---|---|---|---|"]
