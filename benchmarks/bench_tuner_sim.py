@@ -36,6 +36,11 @@ tuner can stay there). A segment's time under a candidate is measured by the
 simulator in that segment's conditions (10 iterations, seed 7, as the
 ``autobyte evaluate`` oracle does).
 
+The baselines do not depend on the tuners: they are cached (``--cache``,
+default ``~/.cache/autobyte/bench_tuner_sim``; ``--no-cache`` to recompute),
+keyed by the scenario, the candidates and the sources of the simulator, of
+``autobyte/core`` and of ``run_tuner``, so a rerun pays only for the tuners.
+
 Output: one markdown table per set (printed, and with ``--out`` written to
 ``DIR/tuner_sim_<set>.md`` with the JSON beside it): per scenario each
 method's throughput relative to the oracle / best static in hindsight /
@@ -46,6 +51,7 @@ and the tuner CPU per decision.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import inspect
 import json
 import os
@@ -74,6 +80,7 @@ DEFAULT_TUNERS = "autobyte,grid,bo,static"
 #: iterations and seed of the per-candidate measurement of one segment's conditions
 TABLE_ITERS = 10
 TABLE_SEED = 7
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autobyte" / "bench_tuner_sim"
 
 
 # ------------------------------------------------------------------ models
@@ -354,65 +361,117 @@ def build_tuner(name: str, arch: str, network: Any) -> Tuner:
     return make_tuner(name, **kw)
 
 
-def _throughput(sc: Scenario, run: Any) -> float:
-    """Samples/s over the whole scenario: every method simulates the same iterations."""
-    return sc.n_iters * sc.model.batch_size * sc.n_workers / run.sim_s
-
-
 def segment_table(sc: Scenario, cands: Sequence[Config]) -> dict[str, np.ndarray]:
     """Mean iteration time of every candidate in every condition of the scenario."""
     return {k: np.array([sim.simulate(sc.model, cl, c, n_iters=TABLE_ITERS, seed=TABLE_SEED).iter_time_s.mean() for c in cands])
             for k, cl in sc.conditions.items()}
 
 
-def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, network: Any, log: Callable[[str], None]) -> dict[str, Any]:
-    start = BYTESCHEDULER_DEFAULT
-    cands = list(space) + ([start] if start not in space else [])
+#: sources whose change invalidates cached baselines (the simulator, the scheduler it runs, run_tuner)
+_CACHE_SOURCES = ("autobyte/sim", "autobyte/core", "autobyte/meta/_evaluate.py", "benchmarks/bench_tuner_sim.py")
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _code_hash() -> str:
+    h = hashlib.sha1()
+    for src in _CACHE_SOURCES:
+        p = _ROOT / src
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(str(f.relative_to(_ROOT)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _scenario_hash(sc: Scenario, cands: Sequence[Config]) -> str:
+    conds = {k: {f: np.asarray(getattr(cl, f)).tolist() for f in cl.__dataclass_fields__} for k, cl in sorted(sc.conditions.items())}
+    blob = json.dumps([sc.model.to_dict(), conds, sc.segments, [c.to_dict() for c in cands], TABLE_ITERS, TABLE_SEED], sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def _light(run: Any) -> dict[str, Any]:
+    return {"sim_s": run.sim_s, "check_speeds": list(run.check_speeds), "changes": len(run.changes), "configs": [str(c) for c in run.configs]}
+
+
+def baselines(sc: Scenario, cands: Sequence[Config], space: SearchSpace, cache: Path | None) -> dict[str, Any]:
+    """The table of every candidate in every condition, the per-segment oracle's and the best
+    static's choices, and the runs of the oracle, the best static and ByteScheduler's default.
+    None of it depends on the tuners, so it is cached (keyed by the scenario, the candidates
+    and the sources of the simulator and of ``run_tuner``)."""
+    path = None
+    if cache is not None:
+        path = cache / f"{sc.seed[0]}-{sc.index}-{_scenario_hash(sc, cands)}-{_code_hash()}.json"
+        if path.exists():
+            try:
+                return dict(json.loads(path.read_text()), cached=True)
+            except (OSError, ValueError):
+                pass  # unreadable: recompute and overwrite
     t0 = time.perf_counter()
     table = segment_table(sc, cands)
-    t_table = time.perf_counter() - t0
     seg_best = {k: int(np.argmin(v)) for k, v in table.items()}
     total = sum(n * table[k] for _, n, k in sc.segments)
     hind = int(np.argmin(total))
     n_windows = sc.n_iters // WINDOW
+    start = BYTESCHEDULER_DEFAULT
     phase0 = lambda w: sc.conditions[sc.segments[0][2]]  # noqa: E731 (unused: check_phase gives every check's cluster)
-    runs: dict[str, Any] = {}
-    # the per-segment oracle switches at each segment's first iteration (a multiple of CHECK)
-    runs["oracle"] = run_tuner("oracle", None, start, sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check,
-                               check_config=lambda c: cands[seg_best[sc.segment_of_check(c)[2]]])
-    runs["best_static"] = run_tuner("best_static", None, cands[hind], sc.model, phase0, n_windows, space,
-                                     check_phase=sc.cluster_of_check)
-    runs["bytescheduler_default"] = run_tuner("bytescheduler_default", None, start, sc.model, phase0, n_windows, space,
-                                              check_phase=sc.cluster_of_check)
+    runs = {
+        # the per-segment oracle switches at each segment's first iteration (a multiple of CHECK)
+        "oracle": run_tuner("oracle", None, start, sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check,
+                            check_config=lambda c: cands[seg_best[sc.segment_of_check(c)[2]]]),
+        "best_static": run_tuner("best_static", None, cands[hind], sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check),
+        "bytescheduler_default": run_tuner("bytescheduler_default", None, start, sc.model, phase0, n_windows, space,
+                                           check_phase=sc.cluster_of_check),
+    }
+    samples = sc.n_iters * sc.model.batch_size * sc.n_workers
+    out = {
+        "oracle_configs": {k: str(cands[i]) for k, i in seg_best.items()},
+        "best_static_config": str(cands[hind]),
+        "predicted": {"oracle": samples / float(sum(n * table[k][seg_best[k]] for _, n, k in sc.segments)),
+                      "best_static": samples / float(total[hind])},
+        "runs": {k: _light(r) for k, r in runs.items()},
+        "baselines_s": time.perf_counter() - t0,
+    }
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out))
+        tmp.replace(path)
+    return dict(out, cached=False)
+
+
+def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, network: Any, log: Callable[[str], None],
+                 cache: Path | None = None) -> dict[str, Any]:
+    start = BYTESCHEDULER_DEFAULT
+    cands = list(space) + ([start] if start not in space else [])
+    t0 = time.perf_counter()
+    base = baselines(sc, cands, space, cache)
+    runs: dict[str, dict[str, Any]] = dict(base["runs"])
+    phase0 = lambda w: sc.conditions[sc.segments[0][2]]  # noqa: E731 (unused: check_phase gives every check's cluster)
     cpu: dict[str, list[float]] = {}
     for name in tuners:
         t = _Timed(build_tuner(name, sc.arch, network))
-        runs[name] = run_tuner(name, t, start, sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check)
+        runs[name] = _light(run_tuner(name, t, start, sc.model, phase0, sc.n_iters // WINDOW, space, check_phase=sc.cluster_of_check))
         cpu[name] = t.cpu_s
-    thr = {k: _throughput(sc, r) for k, r in runs.items()}
+    thr = {k: sc.n_iters * sc.model.batch_size * sc.n_workers / r["sim_s"] for k, r in runs.items()}
     row = {
         "index": sc.index, "seed": list(sc.seed), "kind": sc.kind, "family": sc.family, "model": sc.model.name,
         "n_layers": sc.model.n_layers, "model_MB": sc.model.total_bytes / 1e6, "arch": sc.arch, "n_workers": sc.n_workers,
         "base_gbps": sc.base_gbps, "n_iters": sc.n_iters, "segments": [[s0, n, k] for s0, n, k in sc.segments],
         "describe": sc.describe(),
-        "oracle_configs": {k: str(cands[i]) for k, i in seg_best.items()},
-        "best_static_config": str(cands[hind]),
-        "predicted": {"oracle": sc.n_iters * sc.model.batch_size * sc.n_workers / sum(n * table[k][seg_best[k]] for _, n, k in sc.segments),
-                      "best_static": sc.n_iters * sc.model.batch_size * sc.n_workers / float(total[hind])},
+        "oracle_configs": base["oracle_configs"], "best_static_config": base["best_static_config"], "predicted": base["predicted"],
         "throughput": thr,
         "vs_oracle": {k: v / thr["oracle"] for k, v in thr.items()},
         "vs_best_static": {k: v / thr["best_static"] for k, v in thr.items()},
         "vs_bytescheduler_default": {k: v / thr["bytescheduler_default"] for k, v in thr.items()},
-        "changes": {k: len(r.changes) for k, r in runs.items()},
+        "changes": {k: r["changes"] for k, r in runs.items()},
         # diagnostics: per segment, throughput / the oracle's (harmonic mean of the checks' speeds:
         # every check simulates the same number of samples), and each tuner's config per window
         "segments_vs_oracle": {k: [_seg_speed(sc, r, i) / _seg_speed(sc, runs["oracle"], i) for i in range(len(sc.segments))]
                                for k, r in runs.items() if k != "oracle"},
-        "configs_by_window": {k: [str(c) for c in runs[k].configs] for k in tuners},
+        "configs_by_window": {k: runs[k]["configs"] for k in tuners},
         "tuner_cpu_per_decision_ms": {k: 1e3 * float(np.mean(v)) if v else 0.0 for k, v in cpu.items()},
         "tuner_cpu_max_ms": {k: 1e3 * float(np.max(v)) if v else 0.0 for k, v in cpu.items()},
         "decisions": {k: len(v) for k, v in cpu.items()},
-        "table_s": t_table, "wall_s": time.perf_counter() - t0,
+        "baselines_cached": base["cached"], "baselines_s": base["baselines_s"], "wall_s": time.perf_counter() - t0,
     }
     log(f"[{sc.index}] {sc.describe()}: " + ", ".join(f"{k} {row['vs_oracle'][k]:.3f}" for k in tuners) + f" of oracle ({row['wall_s']:.1f} s)")
     return row
@@ -420,7 +479,7 @@ def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, networ
 
 def _seg_speed(sc: Scenario, run: Any, i: int) -> float:
     s0, n, _ = sc.segments[i]
-    xs = run.check_speeds[s0 // CHECK:(s0 + n) // CHECK]
+    xs = run["check_speeds"][s0 // CHECK:(s0 + n) // CHECK]
     return len(xs) / sum(1.0 / x for x in xs)
 
 
@@ -493,6 +552,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--only", default=None, help="comma-separated scenario indices to run")
     ap.add_argument("--weights", default=None, help="meta-network weights for AutoByte (default: the shipped ones)")
     ap.add_argument("--out", default=None, help="directory for tuner_sim_<set>.md / .json")
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE),
+                    help=f"directory caching the baselines (they do not depend on the tuners; default {DEFAULT_CACHE})")
+    ap.add_argument("--no-cache", action="store_true", help="compute the baselines afresh and store nothing")
     a = ap.parse_args(argv)
     names = [t.strip() for t in a.tuners.split(",") if t.strip()]
     if not names:
@@ -534,7 +596,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for set_name in (list(SETS) if a.set_name == "both" else [a.set_name]):
         t0 = time.perf_counter()
-        rows = [run_scenario(make_scenario(set_name, i), a.tuner_list, space, network, lambda s: print(s, file=sys.stderr, flush=True))
+        cache = None if a.no_cache else Path(a.cache)
+        rows = [run_scenario(make_scenario(set_name, i), a.tuner_list, space, network, lambda s: print(s, file=sys.stderr, flush=True), cache)
                 for i in a.only_idx]
         methods = list(a.tuner_list) + ["oracle", "best_static", "bytescheduler_default"]
         summ = summarise(rows, methods)

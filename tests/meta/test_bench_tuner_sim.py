@@ -62,7 +62,7 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
     # --quick with one of its scenarios (a cheap one) and every kind of method: the meta-network
     # tuner, BO, and static through the controller
     tuners = ["autobyte", "static"] + (["bo"] if importlib.util.find_spec("bayes_opt") else [])
-    argv = ["--set", "tune", "--quick", "--only", "2", "--tuners", ",".join(tuners), "--out", str(tmp_path)]
+    argv = ["--set", "tune", "--quick", "--only", "2", "--tuners", ",".join(tuners), "--out", str(tmp_path), "--cache", str(tmp_path / "c")]
     res = bench.main(argv)["tune"]
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "OMP_NUM_THREADS=1 python benchmarks/bench_tuner_sim.py " + " ".join(argv)
@@ -81,6 +81,12 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
     assert abs(row["predicted"]["oracle"] / thr["oracle"] - 1) < 0.02
     assert row["decisions"]["autobyte"] >= row["n_iters"] // WINDOW
     assert res["summary"]["autobyte"]["vs_oracle"]["geomean"] == pytest.approx(row["vs_oracle"]["autobyte"])
+    # a second run takes the baselines from the cache, and they are what was computed
+    assert not row["baselines_cached"]
+    (again,) = bench.main(argv[:5] + ["--tuners", "static", "--cache", str(tmp_path / "c")])["tune"]["rows"]
+    assert again["baselines_cached"]
+    for k in ("oracle", "best_static", "bytescheduler_default", "static"):
+        assert again["throughput"][k] == thr[k]
 
 
 @pytest.mark.parametrize("argv, needle", [
