@@ -84,7 +84,10 @@ DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) /
 
 
 # ------------------------------------------------------------------ models
-def _roofline(name: str, layers: list[tuple[str, float, float, float]], batch: int) -> sim.ModelProfile:
+_Layer = tuple[str, float, float, float]
+
+
+def _roofline(name: str, layers: Sequence[_Layer], batch: int) -> sim.ModelProfile:
     """``layers``: (name, params, forward FLOPs per sample, activation bytes per sample)."""
     d = sim.V100
     params = np.array([p for _, p, _, _ in layers], dtype=np.float64)
@@ -99,7 +102,7 @@ def _cnn(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
     res = int(rng.choice([32, 64, 128, 224]))
     h = res // 2 if res >= 128 else res
     c = int(rng.choice([16, 24, 32, 48, 64, 96]))
-    layers = [("stem", 3 * c * 49 + 2 * c, 2 * 3 * c * 49 * h * h, 4 * (3 * res * res + 3 * c * h * h))]
+    layers: list[_Layer] = [("stem", 3 * c * 49 + 2 * c, 2 * 3 * c * 49 * h * h, 4 * (3 * res * res + 3 * c * h * h))]
     n_stages = int(rng.integers(3, 6))
     for s in range(n_stages):
         cout = min(1024, c * 2) if s else c
@@ -126,7 +129,7 @@ def _transformer(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
     vocab = int(rng.integers(5_000, 100_000))
     seq = int(rng.choice([64, 128, 256, 512]))
     ff = int(d * rng.choice([2, 3, 4]))
-    layers = [("embedding", vocab * d + seq * d + 2 * d, 4.0 * seq * d, 4.0 * 3 * seq * d)]
+    layers: list[_Layer] = [("embedding", vocab * d + seq * d + 2 * d, 4.0 * seq * d, 4.0 * 3 * seq * d)]
     fused = bool(rng.integers(2))
     for b in range(int(rng.integers(2, 13))):
         if fused:
@@ -148,7 +151,7 @@ def _mlp(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
     fin = int(np.exp(rng.uniform(np.log(1_000), np.log(50_000))))
     widths = [int(rng.choice([512, 1024, 2048, 4096, 8192])) for _ in range(int(rng.integers(2, 6)))]
     widths.append(int(rng.choice([10, 100, 1000])))
-    layers = []
+    layers: list[_Layer] = []
     for i, w in enumerate(widths):
         layers.append((f"fc{i}", fin * w + w, 2.0 * fin * w, 4.0 * (fin + 2 * w)))
         fin = w
@@ -408,7 +411,7 @@ def baselines(sc: Scenario, cands: Sequence[Config], space: SearchSpace, cache: 
     t0 = time.perf_counter()
     table = segment_table(sc, cands)
     seg_best = {k: int(np.argmin(v)) for k, v in table.items()}
-    total = sum(n * table[k] for _, n, k in sc.segments)
+    total = np.sum([n * table[k] for _, n, k in sc.segments], axis=0)
     hind = int(np.argmin(total))
     n_windows = sc.n_iters // WINDOW
     start = BYTESCHEDULER_DEFAULT
@@ -528,6 +531,14 @@ def markdown(set_name: str, rows: list[dict[str, Any]], summary: dict[str, Any],
         lines.append(f"| {short.get(c, c)} | {s['vs_oracle']['geomean']:.3f} | {s['vs_oracle']['worst']:.3f} | "
                      f"{s['vs_best_static']['geomean']:.3f} | {s['vs_best_static']['worst']:.3f} | "
                      f"{s['vs_bytescheduler_default']['geomean']:.3f} | {s['vs_bytescheduler_default']['worst']:.3f} | {cpu} |")
+    # where a tuner loses: geometric mean vs the oracle by trace kind and by model family
+    groups = [("kind", k) for k in KINDS] + [("family", f) for f in FAMILIES] + [("arch", a) for a in ("ps", "allreduce")]
+    groups = [(g, v) for g, v in groups if any(r[g] == v for r in rows)]
+    lines += ["", "Geometric mean vs the oracle by trace kind, model family and architecture (scenarios):", "",
+              "| group | n | " + " | ".join(short.get(c, c) for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for g, v in groups:
+        rr = [r for r in rows if r[g] == v]
+        lines.append(f"| {v} | {len(rr)} | " + " | ".join(f"{_geo([r['vs_oracle'][c] for r in rr]):.3f}" for c in cols) + " |")
     return "\n".join(lines)
 
 
