@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import inspect
 import json
 import os
@@ -336,8 +337,6 @@ class _Timed(Tuner):
 def _factory_params(name: str) -> set[str]:
     f = _REGISTRY[name]
     if isinstance(f, str):
-        import importlib
-
         mod, _, attr = f.partition(":")
         f = getattr(importlib.import_module(mod), attr)
     try:
@@ -558,6 +557,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", dest="set_name", choices=[*SETS, "both"], default="both", help="scenario seed set (default both)")
     ap.add_argument("--tuners", default=DEFAULT_TUNERS, help=f"comma-separated registry names (default {DEFAULT_TUNERS})")
+    ap.add_argument("--import", dest="imports", default=None,
+                    help="comma-separated modules to import first (ones that call autobyte.core.register_tuner)")
     ap.add_argument("--quick", action="store_true", help=f"{N_QUICK} scenarios per set instead of {N_DEFAULT}")
     ap.add_argument("--n", type=int, default=None, help="scenarios per set (overrides --quick)")
     ap.add_argument("--only", default=None, help="comma-separated scenario indices to run")
@@ -567,6 +568,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                     help=f"directory caching the baselines (they do not depend on the tuners; default {DEFAULT_CACHE})")
     ap.add_argument("--no-cache", action="store_true", help="compute the baselines afresh and store nothing")
     a = ap.parse_args(argv)
+    for mod in [m.strip() for m in (a.imports or "").split(",") if m.strip()]:
+        try:
+            importlib.import_module(mod)
+        except Exception as exc:  # any failure to import is the user's argument
+            _fail(f"--import: cannot import {mod!r} ({type(exc).__name__}: {exc})".replace("\n", " "))
     names = [t.strip() for t in a.tuners.split(",") if t.strip()]
     if not names:
         _fail(f"--tuners must name at least one tuner of {tuner_names()}, but got {a.tuners!r}")

@@ -89,6 +89,19 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
         assert again["throughput"][k] == thr[k]
 
 
+def test_a_tuner_registered_by_an_imported_module_is_accepted(bench, tmp_path, monkeypatch):
+    # --import runs a module's register_tuner before the names are checked (no simulation here)
+    (tmp_path / "my_policy_xyz.py").write_text(
+        "from autobyte.core import register_tuner\nfrom autobyte.core.tuning import StaticTuner\n"
+        "register_tuner('my_static_xyz', StaticTuner)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    a = bench.parse(["--import", "my_policy_xyz", "--tuners", "my_static_xyz,static"])
+    assert a.tuner_list == ["my_static_xyz", "static"]
+    from autobyte.core.tuners import _REGISTRY
+
+    _REGISTRY.pop("my_static_xyz")
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--set", "train"], "--set"),
     (["--tuners", "autobyte,nope"], "unknown tuner"),
@@ -100,6 +113,7 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
     (["--only", "-1"], "--only"),
     (["--weights", "/no/such/weights.npz"], "--weights"),
     (["--frobnicate"], "unrecognized"),
+    (["--import", "no_such_module_xyz"], "--import"),
 ])
 def test_bad_arguments_give_a_one_line_error(bench, capsys, argv, needle):
     with pytest.raises(SystemExit) as e:
