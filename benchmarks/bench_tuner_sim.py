@@ -36,6 +36,12 @@ tuner can stay there). A segment's time under a candidate is measured by the
 simulator in that segment's conditions (10 iterations, seed 7, as the
 ``autobyte evaluate`` oracle does).
 
+The baselines do not depend on the tuners: they are cached (``--cache``,
+default ``~/.cache/autobyte/bench_tuner_sim``; ``--no-cache`` to recompute),
+keyed by the scenario, the candidates and the sources of the simulator, of
+the scheduler, space and statistics of ``autobyte/core`` and of
+``run_tuner`` (not of the tuners), so a rerun pays only for the tuners.
+
 Output: one markdown table per set (printed, and with ``--out`` written to
 ``DIR/tuner_sim_<set>.md`` with the JSON beside it): per scenario each
 method's throughput relative to the oracle / best static in hindsight /
@@ -46,6 +52,8 @@ and the tuner CPU per decision.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib
 import inspect
 import json
 import os
@@ -74,10 +82,14 @@ DEFAULT_TUNERS = "autobyte,grid,bo,static"
 #: iterations and seed of the per-candidate measurement of one segment's conditions
 TABLE_ITERS = 10
 TABLE_SEED = 7
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autobyte" / "bench_tuner_sim"
 
 
 # ------------------------------------------------------------------ models
-def _roofline(name: str, layers: list[tuple[str, float, float, float]], batch: int) -> sim.ModelProfile:
+_Layer = tuple[str, float, float, float]
+
+
+def _roofline(name: str, layers: Sequence[_Layer], batch: int) -> sim.ModelProfile:
     """``layers``: (name, params, forward FLOPs per sample, activation bytes per sample)."""
     d = sim.V100
     params = np.array([p for _, p, _, _ in layers], dtype=np.float64)
@@ -92,13 +104,13 @@ def _cnn(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
     res = int(rng.choice([32, 64, 128, 224]))
     h = res // 2 if res >= 128 else res
     c = int(rng.choice([16, 24, 32, 48, 64, 96]))
-    layers = [("stem", 3 * c * 49 + 2 * c, 2 * 3 * c * 49 * h * h, 4 * (3 * res * res + 3 * c * h * h))]
+    layers: list[_Layer] = [("stem", 3 * c * 49 + 2 * c, 2 * 3 * c * 49 * h * h, 4 * (3 * res * res + 3 * c * h * h))]
     n_stages = int(rng.integers(3, 6))
     for s in range(n_stages):
-        cout = c * 2 if s else c
+        cout = min(1024, c * 2) if s else c
         for b in range(int(rng.integers(1, 7))):
             for j in range(int(rng.integers(2, 4))):
-                k = int(rng.choice([1, 3, 3, 5]))
+                k = int(rng.choice([1, 3, 3, 5] if c <= 256 else [1, 3, 3]))
                 cin = c
                 p = k * k * cin * cout + 2 * cout
                 layers.append((f"s{s}.b{b}.c{j}", p, 2.0 * k * k * cin * cout * h * h, 4.0 * (cin + 3 * cout) * h * h))
@@ -110,7 +122,7 @@ def _cnn(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
         layers.append(("fc0", c * hidden + hidden, 2.0 * c * hidden, 4.0 * (c + 2 * hidden)))
         c = hidden
     layers.append(("fc", c * classes + classes, 2.0 * c * classes, 4.0 * (c + 2 * classes)))
-    batch = int(rng.choice([16, 32, 64, 128])) if res >= 128 else int(rng.choice([128, 256, 512]))
+    batch = int(rng.choice([16, 32, 64])) if res >= 128 else int(rng.choice([64, 128, 256]))
     return _roofline(f"cnn-{tag}", layers, batch)
 
 
@@ -119,7 +131,7 @@ def _transformer(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
     vocab = int(rng.integers(5_000, 100_000))
     seq = int(rng.choice([64, 128, 256, 512]))
     ff = int(d * rng.choice([2, 3, 4]))
-    layers = [("embedding", vocab * d + seq * d + 2 * d, 4.0 * seq * d, 4.0 * 3 * seq * d)]
+    layers: list[_Layer] = [("embedding", vocab * d + seq * d + 2 * d, 4.0 * seq * d, 4.0 * 3 * seq * d)]
     fused = bool(rng.integers(2))
     for b in range(int(rng.integers(2, 13))):
         if fused:
@@ -141,7 +153,7 @@ def _mlp(rng: np.random.Generator, tag: str) -> sim.ModelProfile:
     fin = int(np.exp(rng.uniform(np.log(1_000), np.log(50_000))))
     widths = [int(rng.choice([512, 1024, 2048, 4096, 8192])) for _ in range(int(rng.integers(2, 6)))]
     widths.append(int(rng.choice([10, 100, 1000])))
-    layers = []
+    layers: list[_Layer] = []
     for i, w in enumerate(widths):
         layers.append((f"fc{i}", fin * w + w, 2.0 * fin * w, 4.0 * (fin + 2 * w)))
         fin = w
@@ -192,17 +204,17 @@ class Scenario:
 
 
 def _phase_lengths(rng: np.random.Generator) -> list[int]:
-    target = int(rng.integers(150, 301))
-    out: list[int] = []
-    while sum(out) < target:
-        out.append(5 * int(rng.integers(3, 11)))  # 15..50
-    if sum(out) > 300:
-        out[-1] -= sum(out) - 300
-    if sum(out) % WINDOW:  # whole windows (run_tuner simulates n_windows); the last phase gives or takes 5
-        out[-1] += 5 if out[-1] + 5 <= 50 else -5
-    if out[-1] < 15 and len(out) > 1:
-        out[-2] += out.pop()
-    return out
+    """Phases of 15..50 iterations (multiples of CHECK) adding up to 150..300 whole windows."""
+    while True:
+        target = int(rng.integers(150, 301))
+        out: list[int] = []
+        while sum(out) < target:
+            out.append(5 * int(rng.integers(3, 11)))  # 15..50
+        rest = sum(out[:-1])
+        fits = [x for x in range(15, 55, 5) if 150 <= rest + x <= 300 and (rest + x) % WINDOW == 0]
+        if fits:
+            out[-1] = min(fits, key=lambda x: abs(x - out[-1]))
+            return out
 
 
 def make_scenario(set_name: str, index: int) -> Scenario:
@@ -326,8 +338,6 @@ class _Timed(Tuner):
 def _factory_params(name: str) -> set[str]:
     f = _REGISTRY[name]
     if isinstance(f, str):
-        import importlib
-
         mod, _, attr = f.partition(":")
         f = getattr(importlib.import_module(mod), attr)
     try:
@@ -354,63 +364,131 @@ def build_tuner(name: str, arch: str, network: Any) -> Tuner:
     return make_tuner(name, **kw)
 
 
-def _throughput(sc: Scenario, run: Any) -> float:
-    """Samples/s over the whole scenario: every method simulates the same iterations."""
-    return sc.n_iters * sc.model.batch_size * sc.n_workers / run.sim_s
-
-
 def segment_table(sc: Scenario, cands: Sequence[Config]) -> dict[str, np.ndarray]:
     """Mean iteration time of every candidate in every condition of the scenario."""
     return {k: np.array([sim.simulate(sc.model, cl, c, n_iters=TABLE_ITERS, seed=TABLE_SEED).iter_time_s.mean() for c in cands])
             for k, cl in sc.conditions.items()}
 
 
-def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, network: Any, log: Callable[[str], None]) -> dict[str, Any]:
+#: sources whose change invalidates cached baselines: the simulator, what it runs of core (the
+#: scheduler, the space, the statistics) and run_tuner; not the tuners or the controller, which
+#: the baselines do not use, so a tuner's author keeps the cache while editing them
+_CACHE_SOURCES = ("autobyte/sim", "autobyte/core/scheduler.py", "autobyte/core/space.py", "autobyte/core/metrics.py",
+                  "autobyte/meta/_evaluate.py")
+#: bump when what :func:`baselines` computes changes (the scenarios themselves are hashed)
+BASELINES_VERSION = 1
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _code_hash() -> str:
+    h = hashlib.sha1(f"baselines v{BASELINES_VERSION}".encode())
+    for src in _CACHE_SOURCES:
+        p = _ROOT / src
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(str(f.relative_to(_ROOT)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _scenario_hash(sc: Scenario, cands: Sequence[Config]) -> str:
+    conds = {k: {f: np.asarray(getattr(cl, f)).tolist() for f in cl.__dataclass_fields__} for k, cl in sorted(sc.conditions.items())}
+    blob = json.dumps([sc.model.to_dict(), conds, sc.segments, [c.to_dict() for c in cands], TABLE_ITERS, TABLE_SEED], sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def _light(run: Any) -> dict[str, Any]:
+    return {"sim_s": run.sim_s, "check_speeds": list(run.check_speeds), "changes": len(run.changes), "configs": [str(c) for c in run.configs]}
+
+
+def baselines(sc: Scenario, cands: Sequence[Config], space: SearchSpace, cache: Path | None) -> dict[str, Any]:
+    """The table of every candidate in every condition, the per-segment oracle's and the best
+    static's choices, and the runs of the oracle, the best static and ByteScheduler's default.
+    None of it depends on the tuners, so it is cached (keyed by the scenario, the candidates
+    and the sources of the simulator and of ``run_tuner``)."""
+    path = None
+    if cache is not None:
+        path = cache / f"{sc.seed[0]}-{sc.index}-{_scenario_hash(sc, cands)}-{_code_hash()}.json"
+        if path.exists():
+            try:
+                return dict(json.loads(path.read_text()), cached=True)
+            except (OSError, ValueError):
+                pass  # unreadable: recompute and overwrite
+    t0 = time.perf_counter()
+    table = segment_table(sc, cands)
+    seg_best = {k: int(np.argmin(v)) for k, v in table.items()}
+    total = np.sum([n * table[k] for _, n, k in sc.segments], axis=0)
+    hind = int(np.argmin(total))
+    n_windows = sc.n_iters // WINDOW
+    start = BYTESCHEDULER_DEFAULT
+    phase0 = lambda w: sc.conditions[sc.segments[0][2]]  # noqa: E731 (unused: check_phase gives every check's cluster)
+    runs = {
+        # the per-segment oracle switches at each segment's first iteration (a multiple of CHECK)
+        "oracle": run_tuner("oracle", None, start, sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check,
+                            check_config=lambda c: cands[seg_best[sc.segment_of_check(c)[2]]]),
+        "best_static": run_tuner("best_static", None, cands[hind], sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check),
+        "bytescheduler_default": run_tuner("bytescheduler_default", None, start, sc.model, phase0, n_windows, space,
+                                           check_phase=sc.cluster_of_check),
+    }
+    samples = sc.n_iters * sc.model.batch_size * sc.n_workers
+    out = {
+        "oracle_configs": {k: str(cands[i]) for k, i in seg_best.items()},
+        "best_static_config": str(cands[hind]),
+        "predicted": {"oracle": samples / float(sum(n * table[k][seg_best[k]] for _, n, k in sc.segments)),
+                      "best_static": samples / float(total[hind])},
+        "runs": {k: _light(r) for k, r in runs.items()},
+        "baselines_s": time.perf_counter() - t0,
+    }
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out))
+        tmp.replace(path)
+    return dict(out, cached=False)
+
+
+def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, network: Any, log: Callable[[str], None],
+                 cache: Path | None = None) -> dict[str, Any]:
     start = BYTESCHEDULER_DEFAULT
     cands = list(space) + ([start] if start not in space else [])
     t0 = time.perf_counter()
-    table = segment_table(sc, cands)
-    t_table = time.perf_counter() - t0
-    seg_best = {k: int(np.argmin(v)) for k, v in table.items()}
-    total = sum(n * table[k] for _, n, k in sc.segments)
-    hind = int(np.argmin(total))
-    n_windows = sc.n_iters // WINDOW
+    base = baselines(sc, cands, space, cache)
+    runs: dict[str, dict[str, Any]] = dict(base["runs"])
     phase0 = lambda w: sc.conditions[sc.segments[0][2]]  # noqa: E731 (unused: check_phase gives every check's cluster)
-    runs: dict[str, Any] = {}
-    # the per-segment oracle switches at each segment's first iteration (a multiple of CHECK)
-    runs["oracle"] = run_tuner("oracle", None, start, sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check,
-                               check_config=lambda c: cands[seg_best[sc.segment_of_check(c)[2]]])
-    runs["best_static"] = run_tuner("best_static", None, cands[hind], sc.model, phase0, n_windows, space,
-                                     check_phase=sc.cluster_of_check)
-    runs["bytescheduler_default"] = run_tuner("bytescheduler_default", None, start, sc.model, phase0, n_windows, space,
-                                              check_phase=sc.cluster_of_check)
     cpu: dict[str, list[float]] = {}
     for name in tuners:
         t = _Timed(build_tuner(name, sc.arch, network))
-        runs[name] = run_tuner(name, t, start, sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check)
+        runs[name] = _light(run_tuner(name, t, start, sc.model, phase0, sc.n_iters // WINDOW, space, check_phase=sc.cluster_of_check))
         cpu[name] = t.cpu_s
-    thr = {k: _throughput(sc, r) for k, r in runs.items()}
+    thr = {k: sc.n_iters * sc.model.batch_size * sc.n_workers / r["sim_s"] for k, r in runs.items()}
     row = {
         "index": sc.index, "seed": list(sc.seed), "kind": sc.kind, "family": sc.family, "model": sc.model.name,
         "n_layers": sc.model.n_layers, "model_MB": sc.model.total_bytes / 1e6, "arch": sc.arch, "n_workers": sc.n_workers,
         "base_gbps": sc.base_gbps, "n_iters": sc.n_iters, "segments": [[s0, n, k] for s0, n, k in sc.segments],
         "describe": sc.describe(),
-        "oracle_configs": {k: str(cands[i]) for k, i in seg_best.items()},
-        "best_static_config": str(cands[hind]),
-        "predicted": {"oracle": sc.n_iters * sc.model.batch_size * sc.n_workers / sum(n * table[k][seg_best[k]] for _, n, k in sc.segments),
-                      "best_static": sc.n_iters * sc.model.batch_size * sc.n_workers / float(total[hind])},
+        "oracle_configs": base["oracle_configs"], "best_static_config": base["best_static_config"], "predicted": base["predicted"],
         "throughput": thr,
         "vs_oracle": {k: v / thr["oracle"] for k, v in thr.items()},
         "vs_best_static": {k: v / thr["best_static"] for k, v in thr.items()},
         "vs_bytescheduler_default": {k: v / thr["bytescheduler_default"] for k, v in thr.items()},
-        "changes": {k: len(r.changes) for k, r in runs.items()},
+        "changes": {k: r["changes"] for k, r in runs.items()},
+        # diagnostics: per segment, throughput / the oracle's (harmonic mean of the checks' speeds:
+        # every check simulates the same number of samples), and each tuner's config per window
+        "segments_vs_oracle": {k: [_seg_speed(sc, r, i) / _seg_speed(sc, runs["oracle"], i) for i in range(len(sc.segments))]
+                               for k, r in runs.items() if k != "oracle"},
+        "configs_by_window": {k: runs[k]["configs"] for k in tuners},
         "tuner_cpu_per_decision_ms": {k: 1e3 * float(np.mean(v)) if v else 0.0 for k, v in cpu.items()},
         "tuner_cpu_max_ms": {k: 1e3 * float(np.max(v)) if v else 0.0 for k, v in cpu.items()},
         "decisions": {k: len(v) for k, v in cpu.items()},
-        "table_s": t_table, "wall_s": time.perf_counter() - t0,
+        "baselines_cached": base["cached"], "baselines_s": base["baselines_s"], "wall_s": time.perf_counter() - t0,
     }
     log(f"[{sc.index}] {sc.describe()}: " + ", ".join(f"{k} {row['vs_oracle'][k]:.3f}" for k in tuners) + f" of oracle ({row['wall_s']:.1f} s)")
     return row
+
+
+def _seg_speed(sc: Scenario, run: Any, i: int) -> float:
+    s0, n, _ = sc.segments[i]
+    xs = run["check_speeds"][s0 // CHECK:(s0 + n) // CHECK]
+    return len(xs) / sum(1.0 / x for x in xs)
 
 
 def _geo(xs: Sequence[float]) -> float:
@@ -436,15 +514,19 @@ def summarise(rows: list[dict[str, Any]], methods: Sequence[str]) -> dict[str, A
 def markdown(set_name: str, rows: list[dict[str, Any]], summary: dict[str, Any], tuners: Sequence[str], command: str) -> str:
     cols = list(tuners) + ["best_static", "bytescheduler_default"]
     short = {"best_static": "best static", "bytescheduler_default": "BS default"}
-    lines = [f"`{command}`", "", f"**Set `{set_name}`**, {len(rows)} scenarios. Cells: throughput / per-segment oracle "
-             "(/ best static in hindsight).", ""]
+    lines = [f"`{command}`", "", f"**Set `{set_name}`**, {len(rows)} scenarios. Cells: scenario throughput / per-segment oracle, "
+             "/ best static in hindsight, / ByteScheduler's default.", ""]
     lines.append("| # | scenario | " + " | ".join(short.get(c, c) for c in cols) + " |")
     lines.append("|---|---|" + "---|" * len(cols))
     for r in rows:
         cells = []
         for c in cols:
-            cells.append(f"{r['vs_oracle'][c]:.3f}" if c in ("best_static", "bytescheduler_default")
-                         else f"{r['vs_oracle'][c]:.3f} ({r['vs_best_static'][c]:.3f})")
+            if c == "bytescheduler_default":
+                cells.append(f"{r['vs_oracle'][c]:.3f} / {r['vs_best_static'][c]:.3f}")
+            elif c == "best_static":
+                cells.append(f"{r['vs_oracle'][c]:.3f} / - / {r['vs_bytescheduler_default'][c]:.2f}")
+            else:
+                cells.append(f"{r['vs_oracle'][c]:.3f} / {r['vs_best_static'][c]:.3f} / {r['vs_bytescheduler_default'][c]:.2f}")
         lines.append(f"| {r['index']} | {r['describe']} | " + " | ".join(cells) + " |")
     lines += ["", "| method | vs oracle: geomean | worst | vs best static: geomean | worst | vs BS default: geomean | worst | CPU / decision (max) |",
               "|---|---|---|---|---|---|---|---|"]
@@ -454,6 +536,14 @@ def markdown(set_name: str, rows: list[dict[str, Any]], summary: dict[str, Any],
         lines.append(f"| {short.get(c, c)} | {s['vs_oracle']['geomean']:.3f} | {s['vs_oracle']['worst']:.3f} | "
                      f"{s['vs_best_static']['geomean']:.3f} | {s['vs_best_static']['worst']:.3f} | "
                      f"{s['vs_bytescheduler_default']['geomean']:.3f} | {s['vs_bytescheduler_default']['worst']:.3f} | {cpu} |")
+    # where a tuner loses: geometric mean vs the oracle by trace kind and by model family
+    groups = [("kind", k) for k in KINDS] + [("family", f) for f in FAMILIES] + [("arch", a) for a in ("ps", "allreduce")]
+    groups = [(g, v) for g, v in groups if any(r[g] == v for r in rows)]
+    lines += ["", "Geometric mean vs the oracle by trace kind, model family and architecture (scenarios):", "",
+              "| group | n | " + " | ".join(short.get(c, c) for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for g, v in groups:
+        rr = [r for r in rows if r[g] == v]
+        lines.append(f"| {v} | {len(rr)} | " + " | ".join(f"{_geo([r['vs_oracle'][c] for r in rr]):.3f}" for c in cols) + " |")
     return "\n".join(lines)
 
 
@@ -473,12 +563,22 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", dest="set_name", choices=[*SETS, "both"], default="both", help="scenario seed set (default both)")
     ap.add_argument("--tuners", default=DEFAULT_TUNERS, help=f"comma-separated registry names (default {DEFAULT_TUNERS})")
+    ap.add_argument("--import", dest="imports", default=None,
+                    help="comma-separated modules to import first (ones that call autobyte.core.register_tuner)")
     ap.add_argument("--quick", action="store_true", help=f"{N_QUICK} scenarios per set instead of {N_DEFAULT}")
     ap.add_argument("--n", type=int, default=None, help="scenarios per set (overrides --quick)")
     ap.add_argument("--only", default=None, help="comma-separated scenario indices to run")
     ap.add_argument("--weights", default=None, help="meta-network weights for AutoByte (default: the shipped ones)")
     ap.add_argument("--out", default=None, help="directory for tuner_sim_<set>.md / .json")
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE),
+                    help=f"directory caching the baselines (they do not depend on the tuners; default {DEFAULT_CACHE})")
+    ap.add_argument("--no-cache", action="store_true", help="compute the baselines afresh and store nothing")
     a = ap.parse_args(argv)
+    for mod in [m.strip() for m in (a.imports or "").split(",") if m.strip()]:
+        try:
+            importlib.import_module(mod)
+        except Exception as exc:  # any failure to import is the user's argument
+            _fail(f"--import: cannot import {mod!r} ({type(exc).__name__}: {exc})".replace("\n", " "))
     names = [t.strip() for t in a.tuners.split(",") if t.strip()]
     if not names:
         _fail(f"--tuners must name at least one tuner of {tuner_names()}, but got {a.tuners!r}")
@@ -519,7 +619,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for set_name in (list(SETS) if a.set_name == "both" else [a.set_name]):
         t0 = time.perf_counter()
-        rows = [run_scenario(make_scenario(set_name, i), a.tuner_list, space, network, lambda s: print(s, file=sys.stderr, flush=True))
+        cache = None if a.no_cache else Path(a.cache)
+        rows = [run_scenario(make_scenario(set_name, i), a.tuner_list, space, network, lambda s: print(s, file=sys.stderr, flush=True), cache)
                 for i in a.only_idx]
         methods = list(a.tuner_list) + ["oracle", "best_static", "bytescheduler_default"]
         summ = summarise(rows, methods)

@@ -1,0 +1,123 @@
+"""benchmarks/bench_tuner_sim.py (issue 12): scenarios, baselines, the --quick path, argument errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from autobyte.meta._evaluate import CHECK, WINDOW
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_tuner_sim.py"
+
+#: How far a method may come out above the per-segment oracle (or ByteScheduler's default above
+#: the best static in hindsight) by measurement noise alone. Every run uses the same seeds per
+#: 5-iteration check (common random numbers), so what remains is the oracle's choice being made
+#: on a separate 10-iteration measurement (seed 7). Re-measuring the 8 best candidates of every
+#: condition of five scenarios (15 conditions) under three other seeds, the seed-7 pick was the
+#: best every time; over the 48 default scenarios no method exceeded the oracle by more than
+#: 0.005% (docs/evaluation.md, "Held-out simulator scenarios"). 1% leaves room for that and no
+#: more: a tuner better than the oracle by more than 1% would mean a wrong oracle.
+TOL = 0.01
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_tuner_sim", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_tuner_sim"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_scenarios_are_seeded_varied_and_within_the_issue_ranges(bench):
+    kinds, families, archs = set(), set(), set()
+    for set_name in ("tune", "heldout"):
+        for i in range(bench.N_DEFAULT):
+            sc = bench.make_scenario(set_name, i)
+            lengths = [n for _, n, _ in sc.segments]
+            assert all(15 <= n <= 50 and n % CHECK == 0 for n in lengths), lengths
+            assert 150 <= sc.n_iters <= 300 and sc.n_iters % WINDOW == 0
+            assert 2 <= sc.n_workers <= 8 and len(sc.conditions) >= 2
+            assert [s0 for s0, _, _ in sc.segments] == [sum(lengths[:k]) for k in range(len(lengths))]
+            kinds.add(sc.kind), families.add(sc.family), archs.add(sc.arch)
+    assert kinds == set(bench.KINDS) and families == set(bench.FAMILIES) and archs == {"ps", "allreduce"}
+    a, b = bench.make_scenario("tune", 5), bench.make_scenario("tune", 5)
+    assert a.model.layer_bytes.tolist() == b.model.layer_bytes.tolist() and a.segments == b.segments  # a function of the seed
+    # the two sets share no model
+    shapes = {set_name: {tuple(bench.make_scenario(set_name, i).model.layer_bytes.tolist()) for i in range(bench.N_DEFAULT)}
+              for set_name in ("tune", "heldout")}
+    assert not shapes["tune"] & shapes["heldout"]
+    # no zoo model among them
+    from autobyte import sim
+
+    zoo = {tuple(sim.get_model(m).layer_bytes.tolist()) for m in sim.MODELS}
+    assert not (shapes["tune"] | shapes["heldout"]) & zoo
+
+
+def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, capsys):
+    # --quick with one of its scenarios (a cheap one) and every kind of method: the meta-network
+    # tuner, BO, and static through the controller
+    tuners = ["autobyte", "static"] + (["bo"] if importlib.util.find_spec("bayes_opt") else [])
+    argv = ["--set", "tune", "--quick", "--only", "2", "--tuners", ",".join(tuners), "--out", str(tmp_path), "--cache", str(tmp_path / "c")]
+    res = bench.main(argv)["tune"]
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "OMP_NUM_THREADS=1 python benchmarks/bench_tuner_sim.py " + " ".join(argv)
+    assert "| autobyte |" in out and "geomean" in out
+    saved = json.loads((tmp_path / "tuner_sim_tune.json").read_text())
+    assert saved["summary"] == json.loads(json.dumps(res["summary"]))
+    assert (tmp_path / "tuner_sim_tune.md").read_text().startswith("`OMP_NUM_THREADS=1 python")
+    (row,) = res["rows"]
+    thr = row["throughput"]
+    for m in tuners + ["best_static", "bytescheduler_default"]:
+        assert thr["oracle"] >= (1 - TOL) * thr[m], (m, row["vs_oracle"])
+    assert thr["best_static"] >= (1 - TOL) * thr["bytescheduler_default"]
+    # the same seeds for every method: static through the controller is ByteScheduler's default, exactly
+    assert thr["static"] == thr["bytescheduler_default"]
+    # the oracle's schedule, as run, matches what the table predicted for it
+    assert abs(row["predicted"]["oracle"] / thr["oracle"] - 1) < 0.02
+    assert row["decisions"]["autobyte"] >= row["n_iters"] // WINDOW
+    assert res["summary"]["autobyte"]["vs_oracle"]["geomean"] == pytest.approx(row["vs_oracle"]["autobyte"])
+    # a second run takes the baselines from the cache, and they are what was computed
+    assert not row["baselines_cached"]
+    (again,) = bench.main(argv[:5] + ["--tuners", "static", "--cache", str(tmp_path / "c")])["tune"]["rows"]
+    assert again["baselines_cached"]
+    for k in ("oracle", "best_static", "bytescheduler_default", "static"):
+        assert again["throughput"][k] == thr[k]
+
+
+def test_a_tuner_registered_by_an_imported_module_is_accepted(bench, tmp_path, monkeypatch):
+    # --import runs a module's register_tuner before the names are checked (no simulation here)
+    (tmp_path / "my_policy_xyz.py").write_text(
+        "from autobyte.core import register_tuner\nfrom autobyte.core.tuning import StaticTuner\n"
+        "register_tuner('my_static_xyz', StaticTuner)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    a = bench.parse(["--import", "my_policy_xyz", "--tuners", "my_static_xyz,static"])
+    assert a.tuner_list == ["my_static_xyz", "static"]
+    from autobyte.core.tuners import _REGISTRY
+
+    _REGISTRY.pop("my_static_xyz")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--set", "train"], "--set"),
+    (["--tuners", "autobyte,nope"], "unknown tuner"),
+    (["--tuners", ","], "--tuners"),
+    (["--tuners", "static,static"], "twice"),
+    (["--n", "0"], "--n"),
+    (["--n", "two"], "--n"),
+    (["--only", "1,x"], "--only"),
+    (["--only", "-1"], "--only"),
+    (["--weights", "/no/such/weights.npz"], "--weights"),
+    (["--frobnicate"], "unrecognized"),
+    (["--import", "no_such_module_xyz"], "--import"),
+])
+def test_bad_arguments_give_a_one_line_error(bench, capsys, argv, needle):
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and needle in err and err.startswith("bench_tuner_sim.py: error:"), err
