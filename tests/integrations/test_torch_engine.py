@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autobyte._testing import launch  # noqa: E402
+from autobyte.testing import launch  # noqa: E402
 from autobyte.core import KiB, MiB, UNLIMITED  # noqa: E402
 from autobyte.integrations.torch import schedule  # noqa: E402
 
