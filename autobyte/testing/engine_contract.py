@@ -222,6 +222,9 @@ class KVStoreHarness(Harness):
     name = "kvstore"
     names_lost_rank = False
     engine = "kvstore"
+    #: parameter servers of a job, and CPU contexts per worker (each batch split across them)
+    n_servers = 1
+    contexts = 1
 
     def unavailable(self) -> str | None:
         try:
@@ -237,13 +240,13 @@ class KVStoreHarness(Harness):
                                [run for o in outs for run in o[r].runs], [p for o in outs for p in o[r].params])
                     for r in range(2)]
         out.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "autobyte.testing._gluon_worker", str(out), job.to_json(engine=self.engine, contexts=1)]
+        argv = [sys.executable, "-m", "autobyte.testing._gluon_worker", str(out), job.to_json(engine=self.engine, contexts=self.contexts)]
         return self._launch(out, argv, job)
 
     def _launch(self, out: Path, argv: list[str], job: Job) -> list[RankOutput]:
         from ..integrations.mxnet import launch_local_ps
 
-        res = launch_local_ps(argv, n_workers=2, n_servers=1, timeout_s=job.timeout_s + 120, env=_pythonpath(),
+        res = launch_local_ps(argv, n_workers=2, n_servers=self.n_servers, timeout_s=job.timeout_s + 120, env=_pythonpath(),
                               stop_on_failure=job.die_at is None)
         return [_read(out, rank, r.returncode, r.output) for rank, r in enumerate(res)]
 
