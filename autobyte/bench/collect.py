@@ -2,7 +2,7 @@
 
 Two users:
 
-* :mod:`autobyte.testbed.calibrate` measures the calibration grid with it and
+* :mod:`autobyte.bench.calibrate` measures the calibration grid with it and
   fits the simulator to the measurements;
 * ``autobyte collect`` (:func:`collect`) turns the same kind of measurement
   into **real rows for the meta-network**, in the simulator dataset's format
