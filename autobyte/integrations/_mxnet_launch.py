@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Mapping, Sequence
 
+from ..core._checks import check_int, check_positive
+
 
 @dataclass(frozen=True)
 class WorkerResult:
@@ -32,12 +34,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _check_count(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, but got {name}={value!r}.")
-    return value
 
 
 def ps_env(role: str, port: int, n_workers: int, n_servers: int) -> dict[str, str]:
@@ -88,10 +84,9 @@ def launch_local_ps(
     """
     if isinstance(command, str) or not command:
         raise ValueError(f"command must be a non-empty argv list, but got command={command!r}.")
-    _check_count("n_workers", n_workers, 1)
-    _check_count("n_servers", n_servers, 1)
-    if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, but got timeout_s={timeout_s!r}.")
+    check_int("n_workers", n_workers)
+    check_int("n_servers", n_servers)
+    check_positive("timeout_s", timeout_s, "seconds")
     port = free_port()
     base = dict(os.environ)
     base.update(env or {})

@@ -176,8 +176,8 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
     def train_begin(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
         self._logger = getattr(estimator, "logger", None)
         if self.engine is None:
-            sizes = {"partition_bytes": self.initial.partition_bytes, "credit_bytes": self.initial.credit_bytes,
-                     "timeout_s": self.timeout_s}
+            sizes: dict[str, Any] = {"partition_bytes": self.initial.partition_bytes,
+                                     "credit_bytes": self.initial.credit_bytes, "timeout_s": self.timeout_s}
             if self.engine_name == "horovod":
                 self.engine = HorovodEngine(estimator.trainer, **sizes)
                 how = "start the processes with horovodrun"

@@ -120,6 +120,7 @@ def main() -> None:  # noqa: C901 - one script, read top to bottom
     run: dict[str, Any] = {}
     if handler is not None:
         eng = handler.engine
+        assert eng is not None  # built at the first batch
         sizes = [m[1] for m in eng.last_messages]
         run = {
             "iterations": eng.iteration,
@@ -129,7 +130,7 @@ def main() -> None:  # noqa: C901 - one script, read top to bottom
             "n_tensors": len(eng.tensors),
             "max_message_bytes": max(sizes),
             "message_bytes": sum(sizes),
-            "tensor_bytes": sum(t.nbytes for t in eng.tensors),
+            "tensor_bytes": int(sum(t.nbytes for t in eng.tensors)),
             "layouts": {str(p): len(l.messages) for p, l in eng._layouts.items()},
             "arch": eng.arch,
             "n_windows": len(handler.controller.history) if handler.controller is not None else 0,

@@ -46,9 +46,9 @@ def test_launcher_rejects_bad_arguments() -> None:
         launch_local_ps([])
     with pytest.raises(ValueError, match=r"command must be a non-empty argv list, but got command='x.py'"):
         launch_local_ps("x.py")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"n_workers must be an integer >= 1, but got n_workers=0"):
+    with pytest.raises(ValueError, match=r"n_workers must be a positive integer, but got n_workers=0"):
         launch_local_ps(["x"], n_workers=0)
-    with pytest.raises(ValueError, match=r"n_servers must be an integer >= 1, but got n_servers=True"):
+    with pytest.raises(ValueError, match=r"n_servers must be a positive integer, but got n_servers=True"):
         launch_local_ps(["x"], n_servers=True)
     with pytest.raises(ValueError, match=r"timeout_s must be a positive number of seconds, but got timeout_s=0"):
         launch_local_ps(["x"], timeout_s=0)
