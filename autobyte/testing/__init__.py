@@ -2,6 +2,8 @@
 
 * :func:`launch` runs ``python argv`` as N ranks on this host with the
   ``torch.distributed`` ``env://`` variables set (as ``torchrun`` does).
+* :class:`SwitchOnce` and :class:`AlwaysMove`: scripted tuners whose
+  decisions are known in advance.
 * :mod:`autobyte.testing.tuner_contract`: the checks every
   :class:`~autobyte.core.tuning.Tuner` passes (run them on your own tuner).
 * :mod:`autobyte.testing.engine_contract`: the checks every communication
@@ -15,5 +17,6 @@ message; ``tests/contract/`` runs them over every registered implementation.
 from __future__ import annotations
 
 from ._launch import RankResult, free_port, launch
+from ._tuners import AlwaysMove, SwitchOnce
 
-__all__ = ["RankResult", "free_port", "launch"]
+__all__ = ["AlwaysMove", "RankResult", "SwitchOnce", "free_port", "launch"]

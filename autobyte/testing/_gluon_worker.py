@@ -35,7 +35,7 @@ def main() -> None:  # noqa: C901 - one script, read top to bottom
     from mxnet.gluon.contrib.estimator.event_handler import BatchBegin, BatchEnd  # type: ignore[import-untyped]
 
     from autobyte.integrations.mxnet import AutoByteHandler, PeerLostError
-    from autobyte.testing.engine_contract import SwitchOnce
+    from autobyte.testing import SwitchOnce
 
     class RecordLoss(BatchEnd):  # type: ignore[misc]
         def __init__(self) -> None:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from autobyte.core import KiB, MiB
 from autobyte.integrations.torch import PeerLostError, schedule
-from autobyte.testing.engine_contract import SwitchOnce
+from autobyte.testing import SwitchOnce
 
 
 class SmallCNN(torch.nn.Module):

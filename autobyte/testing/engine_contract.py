@@ -42,36 +42,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..core.space import Config
-from ..core.tuning import Decision, Observation, Tuner
+from ._tuners import SwitchOnce
 
 #: (partition_bytes, credit_bytes, reconfigure every N steps or 0)
 ConfigSpec = tuple[int, int, int]
-
-
-class SwitchOnce(Tuner):
-    """Reconfigures once, at the first window, to ``<partition_bytes, credit_bytes>``.
-
-    A scripted decision that goes through the engine's real window protocol
-    (gather on every rank, decide on rank 0, agree, apply at one iteration).
-    """
-
-    name = "switch-once"
-
-    def __init__(self, partition_bytes: int, credit_bytes: int) -> None:
-        self.target = Config(partition_bytes, credit_bytes)
-        self.done = False
-
-    def observe(self, obs: Observation) -> Decision | None:
-        if self.done:
-            return None
-        self.done = True
-        return Decision(self.target, "scripted switch")
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"done": self.done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.done = bool(state.get("done", self.done))
 
 
 @dataclass(frozen=True)
