@@ -22,7 +22,7 @@ The checks (``check_*``) take a harness and a scratch directory and raise
     def test_my_engine(tmp_path):
         ec.check_engine(MyHarness(), tmp_path)
 
-``tests/contract/test_engines.py`` runs every check on every harness; a harness
+``tests/contract/test_engine_contract.py`` runs every check on every harness; a harness
 whose framework is absent says why (:meth:`Harness.unavailable`) and is skipped.
 """
 

@@ -15,7 +15,7 @@ builds a fresh tuner, and raises :class:`AssertionError` naming what broke::
     def test_my_tuner_keeps_the_contract():
         tuner_contract.check_tuner(lambda: MyTuner(seed=0))
 
-:func:`check_tuner` runs them all; ``tests/contract/test_tuners.py`` runs
+:func:`check_tuner` runs them all; ``tests/contract/test_tuner_contract.py`` runs
 them over every registered tuner (:func:`autobyte.core.tuners.tuner_names`).
 """
 

@@ -2,7 +2,7 @@
 
 The contract itself (every registered tuner's ``state_dict`` round-trips through
 JSON to the same decisions) is :func:`autobyte.testing.tuner_contract.check_state_round_trip`,
-run over every tuner by ``tests/contract/test_tuners.py``; this file reuses its
+run over every tuner by ``tests/contract/test_tuner_contract.py``; this file reuses its
 simulated windows.
 """
 

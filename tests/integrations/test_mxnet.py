@@ -88,7 +88,7 @@ def _data() -> object:
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [
-        # the arguments every engine shares are checked by the engine contract (tests/contract/test_engines.py)
+        # the arguments every engine shares are checked by the engine contract (tests/contract/test_engine_contract.py)
         ({"space": SearchSpace.grid([1024], [1]), "search_space": SearchSpace.grid([1024], [1])}, ValueError,
          "space and search_space are the same argument"),
         ({"engine": "nccl"}, ValueError, r"engine must be one of \('horovod', 'kvstore'\), but got engine='nccl'\."),

@@ -2,7 +2,7 @@
 
 The engine contract (equivalence with the unscheduled ``dist_sync`` path, agreed
 reconfiguration, rank skew, a lost worker, bad input) runs in
-``tests/contract/test_engines.py``; here: two servers and two contexts, the
+``tests/contract/test_engine_contract.py``; here: two servers and two contexts, the
 documentation's snippet and example.
 """
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_two_servers_and_two_contexts_reconfigure_without_losing_an_update(tmp_path: Path) -> None:
-    # The contract (tests/contract/test_engines.py) runs one server and one context per worker;
+    # The contract (tests/contract/test_engine_contract.py) runs one server and one context per worker;
     # here keys spread over two servers and every batch is split across two CPU contexts (fused buffers per context).
     harness = ec.KVStoreHarness()
     harness.n_servers, harness.contexts = 2, 2

@@ -15,7 +15,7 @@ from autobyte.testing import launch  # noqa: E402
 from autobyte.testing import engine_contract as ec  # noqa: E402
 
 # Equivalence with DDP, reconfiguration at an agreed iteration, rank skew, a lost peer and bad
-# input are the engine contract's (tests/contract/test_engines.py); here: what only torch has.
+# input are the engine contract's (tests/contract/test_engine_contract.py); here: what only torch has.
 
 
 def run(tmp_path, scenario: str, timeout_s: float = 240.0):

@@ -1,7 +1,7 @@
 """How tuners behave on the real simulator: they settle, and end no slower than they started.
 
 The interface contract (decisions, state, bad input) is :mod:`autobyte.testing.tuner_contract`,
-run over every registered tuner by ``tests/contract/test_tuners.py``.
+run over every registered tuner by ``tests/contract/test_tuner_contract.py``.
 """
 
 from __future__ import annotations
