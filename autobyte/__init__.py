@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Advice": "._advise", "advise": "._advise", "advise_from_windows": "._advise",
     "AutoByteTuner": ".meta",
-    "PeerLostError": ".integrations.torch", "ScheduledTraining": ".integrations.torch", "schedule": ".integrations.torch",
+    "PeerLostError": ".integrations._common", "ScheduledTraining": ".integrations.torch", "schedule": ".integrations.torch",
 }
 
 __all__ = [

@@ -6,7 +6,6 @@ import argparse
 import importlib
 import json
 import math
-import sys
 from typing import Any
 
 
@@ -55,8 +54,10 @@ def register(subparsers: Any) -> None:
 
 
 def _fail(msg: str) -> int:
-    print(f"autobyte advise: error: {msg}", file=sys.stderr)
-    return 2
+    """Report through the one CLI error path (:class:`autobyte.cli.CLIError`): one line, exit 2."""
+    from .cli import CLIError
+
+    raise CLIError(msg, 2)
 
 
 def _floats(name: str, text: str) -> list[float]:

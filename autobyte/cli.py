@@ -27,6 +27,7 @@ _CLI_MODULES = (
     "autobyte.sim._cli",
     "autobyte.meta._cli",
     "autobyte.testbed._cli",
+    "autobyte.bench._measure_cli",
     "autobyte.bench._cli",
     "autobyte._advise_cli",
 )
@@ -252,4 +253,8 @@ __all__ = [
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the package's module, not this ``__main__`` copy: the sub-commands raise autobyte.cli.CLIError,
+    # which the copy's dispatch would not recognise as its own class.
+    from autobyte.cli import main as _package_main
+
+    sys.exit(_package_main())

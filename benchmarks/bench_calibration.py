@@ -11,7 +11,7 @@ simulated iteration time for:
   defaults: 100 us per message, 25 us latency, the shaped rate as the link
   rate, compute from the CPU profile unscaled);
 * ``compute only``: defaults, with only ``compute_scale`` fitted;
-* ``calibrated``: every parameter of ``autobyte.testbed.calibrate.PARAMS``
+* ``calibrated``: every parameter of ``autobyte.bench.calibrate.PARAMS``
   fitted on the fit part of the grid (as ``autobyte calibrate`` does).
 
 Errors are reported on the fit part and on the held-out part; the ratio
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from autobyte.bench.collect import read_measurement
-from autobyte.testbed.calibrate import CalibrationPlan, SimParams, fit, model_profile, points_from, simulate_iter_s
+from autobyte.bench.calibrate import CalibrationPlan, SimParams, fit, model_profile, points_from, simulate_iter_s
 
 
 def _mape(model, params, pts) -> float:  # type: ignore[no-untyped-def]

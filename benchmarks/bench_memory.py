@@ -125,7 +125,7 @@ def main() -> None:
         return
     import tempfile
 
-    from autobyte._testing import launch
+    from autobyte.testing import launch
 
     with tempfile.TemporaryDirectory() as out:
         res = launch([os.path.abspath(__file__), "--iters", str(a.iters), "--rank-out", out], 2, timeout_s=3600)

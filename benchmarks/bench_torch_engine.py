@@ -15,7 +15,7 @@ import json
 import statistics
 import sys
 
-from autobyte._testing import launch
+from autobyte.testing import launch
 from autobyte.core import KiB, MiB, UNLIMITED
 
 GRID = [

@@ -45,7 +45,7 @@ def main() -> int:
     out = os.path.abspath(a.out)
     argv = ["-c", SCRIPT, out]
     if a.mbit is None:
-        from autobyte._testing import launch
+        from autobyte.testing import launch
 
         res = launch(argv, 2, timeout_s=600)
         if any(r.returncode for r in res):

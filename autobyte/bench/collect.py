@@ -2,7 +2,7 @@
 
 Two users:
 
-* :mod:`autobyte.testbed.calibrate` measures the calibration grid with it and
+* :mod:`autobyte.bench.calibrate` measures the calibration grid with it and
   fits the simulator to the measurements;
 * ``autobyte collect`` (:func:`collect`) turns the same kind of measurement
   into **real rows for the meta-network**, in the simulator dataset's format
@@ -367,7 +367,8 @@ def write_dataset(measurements: Sequence[Measurement], out_dir: str, *, model_na
     Raises:
         ValueError: no condition with at least ``min_configs`` configs.
     """
-    from ..sim.dataset import FLAT_COLUMNS, FORMAT, ROW_COLUMNS, VERSION, WINDOW_ITERS
+    from ..sim.dataset import (FLAT_COLUMNS, FORMAT, OBS_KEYS, ROW_COLUMNS, VERSION, WINDOW_ITERS, condition_rows,
+                               write_meta, write_shard)
 
     rows: dict[str, list[np.ndarray]] = {k: [] for k in ROW_COLUMNS}
     flat: dict[str, list[np.ndarray]] = {k: [] for k in FLAT_COLUMNS}
@@ -386,9 +387,7 @@ def write_dataset(measurements: Sequence[Measurement], out_dir: str, *, model_na
             if len(cond) < min_configs:
                 continue
             L = len(tensor_bytes)
-            K = len(cond)
-            o: dict[str, list[Any]] = {k: [] for k in ("partition", "credit", "speed", "forward_s", "bw", "bw_min",
-                                                         "ws_mean", "ws_min", "lb_mean", "lb_max")}
+            o: dict[str, list[Any]] = {k: [] for k in OBS_KEYS}
             for i in cond:
                 seg, ws = m.segments[i], m.windows[i]
                 per_rank = m.iter_s_by_rank[i] if m.iter_s_by_rank else [m.iter_s[i]] * len(ws)
@@ -397,59 +396,38 @@ def write_dataset(measurements: Sequence[Measurement], out_dir: str, *, model_na
                 lf = 2.0 * (n - 1) / n if n > 1 else 1.0
                 bw = np.array([w.bandwidth_Bps for w in ws]) * lf
                 T = np.array([w.layer_backward_s for w in ws])
+                fwd = float(np.mean([w.forward_s for w in ws]))
                 o["partition"].append(seg.config.partition_bytes)
                 o["credit"].append(seg.config.credit_bytes)
                 o["speed"].append(float(wspeed.sum()))
-                o["forward_s"].append(float(np.mean([w.forward_s for w in ws])))
-                o["bw"].append(float(bw.mean()))
-                o["bw_min"].append(float(bw.min()))
-                o["ws_mean"].append(float(wspeed.mean()))
-                o["ws_min"].append(float(wspeed.min()))
-                o["lb_mean"].append(T.mean(axis=0))
-                o["lb_max"].append(T.max(axis=0))
+                o["forward_s"].append(fwd)
+                for d in ("up", "down"):  # one achieved rate each way: all-reduce sends what it receives
+                    o[f"bw_{d}_mean"].append(float(bw.mean()))
+                    o[f"bw_{d}_min"].append(float(bw.min()))
+                o["worker_speed_mean"].append(float(wspeed.mean()))
+                o["worker_speed_min"].append(float(wspeed.min()))
+                o["layer_backward_mean"].append(T.mean(axis=0))
+                o["layer_backward_max"].append(T.max(axis=0))
                 bwd_all.append(T.mean(axis=0))
-                fwd_all.append(float(np.mean([w.forward_s for w in ws])))
-            flat["layer_backward_mean"].append(np.concatenate(o["lb_mean"]).astype(np.float32))
-            flat["layer_backward_max"].append(np.concatenate(o["lb_max"]).astype(np.float32))
-            starts = flat_len + L * np.arange(K)
-            flat_len += L * K
-            cur, cand = np.meshgrid(np.arange(K), np.arange(K), indexing="ij")
-            cur, cand = cur.ravel(), cand.ravel()
-            arr = {k: np.asarray(v) for k, v in o.items() if k not in ("lb_mean", "lb_max")}
+                fwd_all.append(fwd)
             rate_gbps = m.segments[cond[0]].rate_mbit / 1000.0
-            nr = K * K
-            cols = {
-                "condition": np.full(nr, ci, np.int64), "arch": np.zeros(nr, np.int8),
-                "n_workers": np.full(nr, len(m.windows[cond[0]]), np.int16), "model": np.zeros(nr, np.int16),
-                "n_layers": np.full(nr, L, np.int32),
-                "partition_cur": arr["partition"][cur].astype(np.int64), "credit_cur": arr["credit"][cur].astype(np.int64),
-                "partition": arr["partition"][cand].astype(np.int64), "credit": arr["credit"][cand].astype(np.int64),
-                "speed": arr["speed"][cand].astype(np.float64), "speed_cur": arr["speed"][cur].astype(np.float64),
-                "forward_s": arr["forward_s"][cur].astype(np.float32),
-                "bw_up_mean": arr["bw"][cur].astype(np.float32), "bw_up_min": arr["bw_min"][cur].astype(np.float32),
-                "bw_down_mean": arr["bw"][cur].astype(np.float32), "bw_down_min": arr["bw_min"][cur].astype(np.float32),
-                "worker_speed_mean": arr["ws_mean"][cur].astype(np.float32),
-                "worker_speed_min": arr["ws_min"][cur].astype(np.float32),
-                "layer_start": starts[cur].astype(np.int64),
-                "link_gbps_mean": np.full(nr, rate_gbps, np.float32), "link_gbps_min": np.full(nr, rate_gbps, np.float32),
-                "compute_scale_mean": np.ones(nr, np.float32),
-            }
+            cols, fl = condition_rows(o, condition=ci, arch=0, n_workers=len(m.windows[cond[0]]), model=0, n_layers=L,
+                                      link_gbps_mean=rate_gbps, link_gbps_min=rate_gbps, compute_scale_mean=1.0,
+                                      flat_start=flat_len)
+            flat_len += L * len(cond)
             for k in ROW_COLUMNS:
                 rows[k].append(cols[k])
+            for k in FLAT_COLUMNS:
+                flat[k].append(fl[k])
             ci += 1
     if ci == 0:
         raise ValueError(f"measurements hold no condition with at least min_configs={min_configs} configs at one rate.")
     os.makedirs(out_dir, exist_ok=True)
-    data = {k: np.concatenate(v) for k, v in rows.items()}
-    data.update({k: np.concatenate(v) for k, v in flat.items()})
-    shard = os.path.join(out_dir, "shard-00000.npz")
-    tmp = shard + ".tmp.npz"
-    np.savez(tmp, **data)
-    os.replace(tmp, shard)
+    n_rows = write_shard(os.path.join(out_dir, "shard-00000.npz"), rows, flat)
     bwd = np.mean(bwd_all, axis=0)
-    meta = {
+    write_meta(out_dir, {
         "format": FORMAT, "version": VERSION,
-        "spec": {"source": SOURCE, "n_samples": int(data["speed"].size), "conditions": ci,
+        "spec": {"source": SOURCE, "n_samples": n_rows, "conditions": ci,
                  "note": "real 2-worker training on the autobyte testbed (autobyte collect); one condition = one rate and "
                          "repetition; layers are the engine's gradient tensors"},
         "window_iters": WINDOW_ITERS, "n_shards": 1, "arch_codes": {"allreduce": 0, "ps": 1},
@@ -458,12 +436,8 @@ def write_dataset(measurements: Sequence[Measurement], out_dir: str, *, model_na
                     # measured: per-tensor backward (mean over every window), forward as a whole spread evenly
                     "forward_s": [float(np.mean(fwd_all)) / len(tensor_bytes)] * len(tensor_bytes),
                     "backward_s": [float(v) for v in bwd]}],
-    }
-    tmp_meta = os.path.join(out_dir, "meta.json.tmp")
-    with open(tmp_meta, "w") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(tmp_meta, os.path.join(out_dir, "meta.json"))
-    return {"rows": int(data["speed"].size), "conditions": ci, "path": out_dir}
+    })
+    return {"rows": n_rows, "conditions": ci, "path": out_dir}
 
 
 def collect(

@@ -1,7 +1,7 @@
 """One rank of a side-by-side throughput run: plain DDP vs the scheduled engine.
 
 Run as ``python -m autobyte.bench.torch_ranks JSON`` under ``torchrun`` or
-:func:`autobyte._testing.launch`. The JSON gives ``modes`` (a list of
+:func:`autobyte.testing.launch`. The JSON gives ``modes`` (a list of
 ``"ddp"`` or ``[partition_bytes, credit_bytes]``), ``rounds``, ``iters``,
 ``batch_size`` and ``warmup``. Modes are interleaved round by round so slow
 drifts of the machine hit all of them alike. Rank 0 prints one JSON line per

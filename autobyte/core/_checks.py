@@ -22,6 +22,13 @@ def check_positive(name: str, value: Any, unit: str = "") -> float:
     return float(value)
 
 
+def check_in_range(name: str, value: Any, low: float, high: float) -> float:
+    """``value`` as float if it is a finite number in ``[low, high]`` (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be a finite number in [{low:g}, {high:g}], but got {name}={value!r}.")
+    return float(value)
+
+
 def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, but got {name}={value!r}.")

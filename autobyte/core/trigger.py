@@ -15,28 +15,14 @@ tested deterministically):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from ._checks import check_in_range, check_int, check_positive
 from .space import Config
 
 
-def _check_fraction(name: str, value: object, *, upper: float = 10.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= upper:
-        raise ValueError(f"{name} must be a finite number in [0, {upper:g}], but got {name}={value!r}.")
-    return float(value)
-
-
-def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, but got {name}={value!r}.")
-    return value
-
-
 def _check_speed(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite speed (samples/s), but got {name}={value!r}.")
-    return float(value)
+    return check_positive(name, value, "samples/s")
 
 
 class GainTrigger:
@@ -65,12 +51,12 @@ class GainTrigger:
     def __init__(
         self, min_gain: float = 0.05, *, cooldown_windows: int = 1, revisit_gain: float | None = None, memory_windows: int = 20
     ) -> None:
-        self.min_gain = _check_fraction("min_gain", min_gain)
-        self.cooldown_windows = _check_count("cooldown_windows", cooldown_windows)
+        self.min_gain = check_in_range("min_gain", min_gain, 0.0, 10.0)
+        self.cooldown_windows = check_int("cooldown_windows", cooldown_windows, minimum=0)
         if revisit_gain is None:
             revisit_gain = 3.0 * self.min_gain
-        self.revisit_gain = _check_fraction("revisit_gain", revisit_gain)
-        self.memory_windows = _check_count("memory_windows", memory_windows)
+        self.revisit_gain = check_in_range("revisit_gain", revisit_gain, 0.0, 10.0)
+        self.memory_windows = check_int("memory_windows", memory_windows, minimum=0)
         if self.revisit_gain < self.min_gain:
             raise ValueError(f"revisit_gain must be >= min_gain={self.min_gain}, but got revisit_gain={revisit_gain!r}.")
         self.reset()
@@ -138,9 +124,9 @@ class AdaptTrigger:
     state_key = "AdaptTrigger"
 
     def __init__(self, max_error: float = 0.10, *, release: float = 0.5, patience: int = 1) -> None:
-        self.max_error = _check_fraction("max_error", max_error)
-        self.release = _check_fraction("release", release, upper=1.0)
-        self.patience = _check_count("patience", patience)
+        self.max_error = check_in_range("max_error", max_error, 0.0, 10.0)
+        self.release = check_in_range("release", release, 0.0, 1.0)
+        self.patience = check_int("patience", patience, minimum=0)
         if self.patience < 1:
             raise ValueError(f"patience must be a positive integer, but got patience={patience!r}.")
         self.adapting = False

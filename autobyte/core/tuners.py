@@ -16,6 +16,7 @@ import math
 import random
 from typing import Any, Callable
 
+from ._checks import check_int
 from .space import MAX_BYTES, Config, SearchSpace
 from .tuning import Decision, Observation, StaticTuner, Tuner
 
@@ -52,8 +53,7 @@ class GridTuner(Tuner):
     name = "grid"
 
     def __init__(self, space: SearchSpace | None = None, *, n_windows: int = 1) -> None:
-        if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
-            raise ValueError(f"n_windows must be a positive integer, but got n_windows={n_windows!r}.")
+        check_int("n_windows", n_windows)
         if space is not None and not isinstance(space, SearchSpace):
             raise TypeError(f"space must be a SearchSpace or None, but got space={space!r}.")
         self._grid = space
@@ -156,9 +156,8 @@ class BOTuner(Tuner):
     ) -> None:
         if arch not in BYTESCHEDULER_BO_RANGES:
             raise ValueError(f"arch must be one of {tuple(BYTESCHEDULER_BO_RANGES)}, but got arch={arch!r}.")
-        for name, v, lo in (("n_random", n_random, 0), ("n_steps", n_steps, 1)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, but got {name}={v!r}.")
+        check_int("n_random", n_random, minimum=0)
+        check_int("n_steps", n_steps)
         if n_random > n_steps - 1:
             raise ValueError(f"n_random must be at most n_steps - 1 = {n_steps - 1}, but got n_random={n_random}.")
         if not isinstance(xi, (int, float)) or not math.isfinite(xi) or xi < 0:

@@ -1,4 +1,4 @@
-"""What every framework callback validates the same way."""
+"""What every integration shares: argument validation, callback state, the errors of a lost or mismatched peer."""
 
 from __future__ import annotations
 
@@ -7,6 +7,14 @@ from typing import Any
 from ..core._checks import check_bool, check_int, check_positive
 from ..core.space import Config, SearchSpace
 from ..core.tuning import Tuner
+
+
+class PeerLostError(RuntimeError):
+    """A peer rank stopped answering (crashed, killed, or hung past the timeout)."""
+
+
+class CollectiveMismatchError(RuntimeError):
+    """Ranks reached different collective calls (e.g. ``reconfigure()`` called on one rank only)."""
 
 
 def check_tuning_args(

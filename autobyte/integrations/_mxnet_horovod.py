@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._mxnet_engine import _GluonEngine, _Layout
+from ._mxnet_gluon import _GluonEngine, _Layout
 
 HOROVOD_HINT = (
     "install it with MXNet support: HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 "
@@ -51,6 +51,8 @@ class HorovodEngine(_GluonEngine):
             first ``step``.
         partition_bytes: largest message.
         credit_bytes: most bytes in flight at once.
+        timeout_s: longest wait for the other workers (the tuning window's
+            collectives) before :class:`PeerLostError` (300).
 
     Raises:
         ImportError: MXNet or horovod.mxnet missing. RuntimeError: MXNet not
@@ -61,8 +63,8 @@ class HorovodEngine(_GluonEngine):
     arch = "allreduce"
     fixed_order = True
 
-    def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int) -> None:
-        super().__init__(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes)
+    def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, timeout_s: float = 300.0) -> None:
+        super().__init__(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes, timeout_s=timeout_s)
         mx = self._mx
         if trainer._kv_initialized and trainer._kvstore is not None:
             raise RuntimeError("trainer has already created its KVStore (trainer.step was called); build the engine before the first trainer.step().")
@@ -120,6 +122,7 @@ class HorovodEngine(_GluonEngine):
         rows[self._rank] = vec
         nd = self._mx.nd.array(rows, dtype="float64")
         self._hvd.allreduce_(nd, average=False, name="autobyte.stats")
+        self._wait([nd], "the tuning window's statistics")
         return list(np.asarray(nd.asnumpy(), dtype=np.float64))
 
     def broadcast(self, vector: np.ndarray) -> np.ndarray:
@@ -129,4 +132,5 @@ class HorovodEngine(_GluonEngine):
             return vec
         nd = self._mx.nd.array(vec, dtype="float64")
         self._hvd.broadcast_(nd, root_rank=0, name="autobyte.decision")
+        self._wait([nd], "the tuning decision")
         return np.asarray(nd.asnumpy(), dtype=np.float64)

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Mapping, Sequence
 
+from ..core._checks import check_int, check_positive
+
 
 @dataclass(frozen=True)
 class WorkerResult:
@@ -32,12 +34,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _check_count(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, but got {name}={value!r}.")
-    return value
 
 
 def ps_env(role: str, port: int, n_workers: int, n_servers: int) -> dict[str, str]:
@@ -60,6 +56,7 @@ def launch_local_ps(
     timeout_s: float = 300.0,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    stop_on_failure: bool = True,
 ) -> list[WorkerResult]:
     """Run ``command`` as ``n_workers`` workers of a ``dist_sync`` job on 127.0.0.1.
 
@@ -73,6 +70,9 @@ def launch_local_ps(
         timeout_s: wall-clock limit for the whole job.
         env: extra environment variables for every process.
         cwd: working directory of every process.
+        stop_on_failure: end the job as soon as one worker fails (the others
+            would wait on the servers until their own ``timeout_s``); False
+            lets every worker finish by itself (tests of that timeout).
 
     Returns:
         One :class:`WorkerResult` per worker, in start order (the KVStore
@@ -84,10 +84,9 @@ def launch_local_ps(
     """
     if isinstance(command, str) or not command:
         raise ValueError(f"command must be a non-empty argv list, but got command={command!r}.")
-    _check_count("n_workers", n_workers, 1)
-    _check_count("n_servers", n_servers, 1)
-    if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, but got timeout_s={timeout_s!r}.")
+    check_int("n_workers", n_workers)
+    check_int("n_servers", n_servers)
+    check_positive("timeout_s", timeout_s, "seconds")
     port = free_port()
     base = dict(os.environ)
     base.update(env or {})
@@ -115,7 +114,7 @@ def launch_local_ps(
         workers = [start(command, "worker") for _ in range(n_workers)]
         while any(w.poll() is None for w in workers):
             failed = [w for w in workers if w.returncode not in (None, 0)]
-            if failed or procs[0].poll() not in (None, 0):
+            if (failed and stop_on_failure) or procs[0].poll() not in (None, 0):
                 break  # one worker died: the others would wait forever on the servers
             if time.monotonic() > deadline:
                 raise TimeoutError(

@@ -15,18 +15,11 @@ import time
 import zlib
 from typing import Any, Callable
 
+from ._common import CollectiveMismatchError, PeerLostError
 from ._imports import require_torch
 
 torch = require_torch()
 import torch.distributed as dist  # noqa: E402
-
-
-class PeerLostError(RuntimeError):
-    """A peer rank stopped answering (crashed, killed, or hung past the timeout)."""
-
-
-class CollectiveMismatchError(RuntimeError):
-    """Ranks reached different collective calls (e.g. ``reconfigure()`` called on one rank only)."""
 
 
 #: What a control collective is for; every rank announces it in a fixed-size header first.

@@ -18,7 +18,9 @@ from typing import Any
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Controller, StaticTuner, Tuner
 from ..core.window import DecisionRecord, WindowCoordinator, WindowOutcome
-from ._mxnet_engine import KVStoreEngine, _GluonEngine, schedule
+from ._common import CollectiveMismatchError, PeerLostError, check_tuning_args
+from ._mxnet_gluon import _GluonEngine
+from ._mxnet_kvstore import KVStoreEngine, schedule
 from ._mxnet_horovod import HOROVOD_HINT, HorovodEngine
 from ._mxnet_imports import INSTALL_HINT, SUPPORTED_MXNET, check_mxnet_version, import_mxnet
 from ._mxnet_launch import WorkerResult, free_port, launch_local_ps
@@ -70,13 +72,6 @@ def _record(saved: Any) -> DecisionRecord:
     return DecisionRecord(int(i), Config(**a), Config(**b), str(r))
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {rule}, but got {name}={value!r}.")
-    return value
-
-
 class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd):  # type: ignore[misc,valid-type]
     """Gluon Estimator event handler: scheduled, auto-tuned gradient communication (parameter server or Horovod).
 
@@ -91,16 +86,18 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
     (one worker) it warns once and training runs exactly as without it.
 
     Args:
-        tuner: ``"autobyte"`` (default, the meta-network), ``"static"``
-            (never reconfigures), ``"grid"``, ``"bo"``, or a
+        tuner: ``"autobyte"`` (default, the meta-network), ``"static"`` or
+            ``None`` (never reconfigures), ``"grid"``, ``"bo"``, or a
             :class:`~autobyte.core.tuning.Tuner` instance.
         partition_bytes: initial partition (default ByteScheduler's, 4 MB).
         credit_bytes: initial credit (default ByteScheduler's, 16 MB).
         window_iters: batches per decision window (default 10).
         warmup_iters: batches ignored at the start and after each
             reconfiguration (default 2).
-        search_space: candidate configurations (default
+        space: candidate configurations (default
             :meth:`SearchSpace.default`).
+        timeout_s: longest wait for the other workers before
+            :class:`PeerLostError` (default 300).
         engine: ``"kvstore"`` (default) or ``"horovod"``.
         kvstore: overrides the Trainer's kvstore (type string or KVStore;
             ``engine="kvstore"`` only).
@@ -108,11 +105,13 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         verbose: log windows and decisions with the Estimator's logger (rank 0 only).
         priority: Estimator handler priority (default -2000, the slot of
             ``GradientUpdateHandler``).
+        search_space: deprecated name of ``space``.
 
     Raises:
         ImportError: MXNet is missing (with the install command).
         RuntimeError: MXNet is not 1.9.x.
         TypeError, ValueError: bad arguments; the message names the argument.
+        PeerLostError: (while training) another worker stopped answering for ``timeout_s``.
 
     Example::
 
@@ -123,27 +122,35 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
 
     def __init__(
         self,
-        tuner: str | Tuner = "autobyte",
+        tuner: str | Tuner | None = "autobyte",
+        *,
         partition_bytes: int = BYTESCHEDULER_DEFAULT.partition_bytes,
         credit_bytes: int = BYTESCHEDULER_DEFAULT.credit_bytes,
-        *,
         window_iters: int = 10,
         warmup_iters: int = 2,
-        search_space: SearchSpace | None = None,
+        space: SearchSpace | None = None,
+        timeout_s: float = 300.0,
+        verbose: bool = True,
         engine: str = "kvstore",
         kvstore: Any = None,
         tuner_kwargs: dict[str, Any] | None = None,
-        verbose: bool = True,
         priority: float = -2000,
+        search_space: SearchSpace | None = None,
     ) -> None:
         if _IMPORT_ERROR is not None:
             raise ImportError(f"AutoByteHandler needs MXNet, which could not be imported ({_IMPORT_ERROR}); {INSTALL_HINT}.")
         import_mxnet()
-        self.initial = Config(partition_bytes, credit_bytes)
-        self.window_iters = _check_int("window_iters", window_iters, 1)
-        self.warmup_iters = _check_int("warmup_iters", warmup_iters, 0)
-        if search_space is not None and not isinstance(search_space, SearchSpace):
-            raise TypeError(f"search_space must be a SearchSpace or None, but got search_space={search_space!r}.")
+        if search_space is not None:
+            if space is not None:
+                raise ValueError("space and search_space are the same argument; pass space only.")
+            warnings.warn("AutoByteHandler(search_space=...) is deprecated; pass space=... as every autobyte callback takes.",
+                          DeprecationWarning, stacklevel=2)
+            space = search_space
+        self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose,
+                                         timeout_s)
+        self.window_iters = window_iters
+        self.warmup_iters = warmup_iters
+        self.timeout_s = float(timeout_s)
         if tuner_kwargs is not None and not isinstance(tuner_kwargs, dict):
             raise TypeError(f"tuner_kwargs must be a dict or None, but got tuner_kwargs={tuner_kwargs!r}.")
         if engine not in ENGINES:
@@ -151,10 +158,11 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         if engine != "kvstore" and kvstore is not None:
             raise ValueError(f"kvstore applies to engine='kvstore' only, but got kvstore={kvstore!r} with engine={engine!r}.")
         self.engine_name = engine
-        self.tuner = _make_tuner(tuner, dict(tuner_kwargs or {}))
-        self.search_space = search_space if search_space is not None else SearchSpace.default()
+        self.tuner = _make_tuner("static" if tuner is None else tuner, dict(tuner_kwargs or {}))
+        #: candidate configurations of the tuner
+        self.space = space if space is not None else SearchSpace.default()
         self.kvstore = kvstore
-        self.verbose = bool(verbose)
+        self.verbose = verbose
         self.priority = priority
         self.engine: _GluonEngine | None = None
         #: the window protocol (built at the first distributed step)
@@ -168,7 +176,8 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
     def train_begin(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
         self._logger = getattr(estimator, "logger", None)
         if self.engine is None:
-            sizes = {"partition_bytes": self.initial.partition_bytes, "credit_bytes": self.initial.credit_bytes}
+            sizes: dict[str, Any] = {"partition_bytes": self.initial.partition_bytes,
+                                     "credit_bytes": self.initial.credit_bytes, "timeout_s": self.timeout_s}
             if self.engine_name == "horovod":
                 self.engine = HorovodEngine(estimator.trainer, **sizes)
                 how = "start the processes with horovodrun"
@@ -216,7 +225,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
 
     def _start_coordinator(self, engine: _GluonEngine) -> None:
         controller = Controller(
-            self.tuner, self.search_space, engine.config, engine.arch, [t.nbytes for t in engine.tensors],
+            self.tuner, self.space, engine.config, engine.arch, [t.nbytes for t in engine.tensors],
             window_iters=self.window_iters, warmup_iters=self.warmup_iters, link_factor=engine.link_factor,
         )
         self.coordinator = WindowCoordinator(controller, engine)
@@ -268,6 +277,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
 
 
 __all__ = [
-    "AutoByteHandler", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT", "KVStoreEngine", "SUPPORTED_MXNET",
-    "WorkerResult", "check_mxnet_version", "free_port", "launch_local_ps", "schedule",
+    "AutoByteHandler", "CollectiveMismatchError", "ENGINES", "HOROVOD_HINT", "HorovodEngine", "INSTALL_HINT",
+    "KVStoreEngine", "PeerLostError", "SUPPORTED_MXNET", "WorkerResult", "check_mxnet_version", "free_port",
+    "launch_local_ps", "schedule",
 ]

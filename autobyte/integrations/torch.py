@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from ..core._checks import check_positive
 from ..core.metrics import StatsCollector, WindowStats
 from ..core.scheduler import Scheduler, TensorSpec
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.timeline import Timeline
 from ..core.tuning import Controller, Tuner
 from ..core.window import WindowCoordinator, WindowOutcome
+from ._common import check_tuning_args
 from ._imports import require_torch
 from ._torch_failures import CollectiveMismatchError, PeerLostError, _Failures
 from ._torch_overlap import GLOBAL_OPTIMIZERS, release
@@ -425,14 +425,12 @@ def schedule(
             raise ValueError("optimizer=None needs overlap=False (the engine then only averages gradients; your own code applies them).")
     elif not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, but got {type(optimizer).__name__}.")
-    config = Config(partition_bytes, credit_bytes)
-    check_positive("timeout_s", timeout_s, "seconds")
+    config = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space,
+                               True if verbose is None else verbose, timeout_s)
     if isinstance(tuner, str):
         from ..core.tuners import make_tuner
 
         tuner = make_tuner(tuner)
-    if tuner is not None and not isinstance(tuner, Tuner):
-        raise TypeError(f"tuner must be None, a tuner name or an autobyte Tuner, but got {tuner!r}.")
     if dist.is_available() and dist.is_initialized():
         problem = device_problem(str(dist.get_backend(process_group)), {p.device.type for p in model.parameters() if p.requires_grad})
         if problem is not None:
@@ -441,5 +439,5 @@ def schedule(
         model, optimizer, config, process_group=process_group, overlap=overlap, broadcast_buffers=broadcast_buffers,
         timeout_s=float(timeout_s), tuner=tuner, space=space, window_iters=window_iters, warmup_iters=warmup_iters,
         on_decision=on_decision, iteration_hooks=iteration_hooks,
-        verbose=(on_decision is None) if verbose is None else bool(verbose),
+        verbose=(on_decision is None) if verbose is None else verbose,
     )

@@ -29,10 +29,11 @@ import os
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..core._checks import check_int
 from ..core.space import SearchSpace
 from ._cluster import GBPS, BandwidthTrace, Cluster, ComputeTrace
 from ._engine import simulate
@@ -203,9 +204,7 @@ def _simulate_condition(spec: DatasetSpec, index: int) -> dict[str, Any]:
     n = cond["n"]
     cluster = Cluster(n, cond["arch"])
     traces = [cond["bw"], cond["compute"]]
-    obs: dict[str, list[Any]] = {k: [] for k in (
-        "partition", "credit", "speed", "forward_s", "bw_up_mean", "bw_up_min", "bw_down_mean", "bw_down_min",
-        "worker_speed_mean", "worker_speed_min", "layer_backward_mean", "layer_backward_max")}
+    obs: dict[str, list[Any]] = {k: [] for k in OBS_KEYS}
     for p, c in cond["configs"]:
         # trace iteration 0 is the warm-up, iterations 1..10 the window
         r = simulate(m, cluster, Config(p, c), n_iters=WINDOW_ITERS, seed=cond["sim_seed"], traces=traces, warmup_iters=1, start_iter=1)
@@ -245,6 +244,73 @@ def _shard_path(out: str, i: int) -> str:
     return os.path.join(out, f"shard-{i:05d}.npz")
 
 
+#: Per measured configuration of a condition: the observation keys :func:`condition_rows` takes.
+OBS_KEYS = ("partition", "credit", "speed", "forward_s", "bw_up_mean", "bw_up_min", "bw_down_mean", "bw_down_min",
+            "worker_speed_mean", "worker_speed_min", "layer_backward_mean", "layer_backward_max")
+
+
+def condition_rows(obs: Mapping[str, Sequence[Any]], *, condition: int, arch: int, n_workers: int, model: int,
+                   n_layers: int, link_gbps_mean: float, link_gbps_min: float, compute_scale_mean: float,
+                   flat_start: int, n_rows: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The rows of one condition in the dataset's columns: every current config ``c0`` x every candidate ``c``.
+
+    Args:
+        obs: one list entry per configuration measured (or simulated) in the
+            condition, under :data:`OBS_KEYS`; ``layer_backward_*`` entries
+            are arrays of ``n_layers`` values.
+        flat_start: rows already in the shard's flat per-layer arrays.
+        n_rows: keep only the first rows (the last condition of a dataset).
+
+    Returns:
+        ``(rows, flat)``: the :data:`ROW_COLUMNS` and :data:`FLAT_COLUMNS` arrays of the condition.
+    """
+    K = len(obs["partition"])
+    flat = {k: np.concatenate(obs[k]).astype(np.float32) for k in FLAT_COLUMNS}
+    starts = flat_start + n_layers * np.arange(K)
+    cur, cand = np.meshgrid(np.arange(K), np.arange(K), indexing="ij")
+    cur, cand = cur.ravel()[:n_rows], cand.ravel()[:n_rows]
+    nr = cur.size
+    arr = {k: np.asarray(v) for k, v in obs.items() if k not in FLAT_COLUMNS}
+    cols = {
+        "condition": np.full(nr, condition, np.int64),
+        "arch": np.full(nr, arch, np.int8),
+        "n_workers": np.full(nr, n_workers, np.int16),
+        "model": np.full(nr, model, np.int16),
+        "n_layers": np.full(nr, n_layers, np.int32),
+        "partition_cur": arr["partition"][cur].astype(np.int64),
+        "credit_cur": arr["credit"][cur].astype(np.int64),
+        "partition": arr["partition"][cand].astype(np.int64),
+        "credit": arr["credit"][cand].astype(np.int64),
+        "speed": arr["speed"][cand].astype(np.float64),
+        "speed_cur": arr["speed"][cur].astype(np.float64),
+        "layer_start": starts[cur].astype(np.int64),
+        "link_gbps_mean": np.full(nr, link_gbps_mean, np.float32),
+        "link_gbps_min": np.full(nr, link_gbps_min, np.float32),
+        "compute_scale_mean": np.full(nr, compute_scale_mean, np.float32),
+    }
+    for k in ("forward_s", "bw_up_mean", "bw_up_min", "bw_down_mean", "bw_down_min", "worker_speed_mean", "worker_speed_min"):
+        cols[k] = arr[k][cur].astype(np.float32)
+    return {k: cols[k] for k in ROW_COLUMNS}, flat
+
+
+def write_shard(path: str, rows: Mapping[str, Sequence[np.ndarray]], flat: Mapping[str, Sequence[np.ndarray]]) -> int:
+    """Write one shard (the conditions' :func:`condition_rows`, concatenated) atomically; its row count."""
+    data = {k: np.concatenate(rows[k]) for k in ROW_COLUMNS}
+    data.update({k: np.concatenate(flat[k]) for k in FLAT_COLUMNS})
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **data)  # type: ignore[arg-type]
+    os.replace(tmp, path)
+    return int(data["speed"].size)
+
+
+def write_meta(out_dir: str, meta: Mapping[str, Any]) -> None:
+    """Write a dataset's ``meta.json`` atomically."""
+    tmp = os.path.join(out_dir, "meta.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(tmp, os.path.join(out_dir, "meta.json"))
+
+
 def _make_shard(args: tuple[DatasetSpec, str, int]) -> int:
     spec, out, shard = args
     path = _shard_path(out, shard)
@@ -258,44 +324,17 @@ def _make_shard(args: tuple[DatasetSpec, str, int]) -> int:
     flat_len = 0
     for ci in range(first, last):
         res = _simulate_condition(spec, ci)
-        o = res["obs"]
-        L = res["n_layers"]
-        starts = flat_len + L * np.arange(K)
-        for k in FLAT_COLUMNS:
-            flat[k].append(np.concatenate(o[k]).astype(np.float32))
-        flat_len += L * K
-        cur, cand = np.meshgrid(np.arange(K), np.arange(K), indexing="ij")
-        cur, cand = cur.ravel(), cand.ravel()
-        n_rows = min(K * K, spec.n_samples - ci * K * K)
-        cur, cand = cur[:n_rows], cand[:n_rows]
-        arr = {k: np.asarray(v) for k, v in o.items() if k not in FLAT_COLUMNS}
-        cols = {
-            "condition": np.full(n_rows, ci, np.int64),
-            "arch": np.full(n_rows, res["arch"], np.int8),
-            "n_workers": np.full(n_rows, res["n"], np.int16),
-            "model": np.full(n_rows, res["model"], np.int16),
-            "n_layers": np.full(n_rows, L, np.int32),
-            "partition_cur": arr["partition"][cur].astype(np.int64),
-            "credit_cur": arr["credit"][cur].astype(np.int64),
-            "partition": arr["partition"][cand].astype(np.int64),
-            "credit": arr["credit"][cand].astype(np.int64),
-            "speed": arr["speed"][cand].astype(np.float64),
-            "speed_cur": arr["speed"][cur].astype(np.float64),
-            "layer_start": starts[cur].astype(np.int64),
-            "link_gbps_mean": np.full(n_rows, res["link_gbps_mean"], np.float32),
-            "link_gbps_min": np.full(n_rows, res["link_gbps_min"], np.float32),
-            "compute_scale_mean": np.full(n_rows, res["compute_scale_mean"], np.float32),
-        }
-        for k in ("forward_s", "bw_up_mean", "bw_up_min", "bw_down_mean", "bw_down_min", "worker_speed_mean", "worker_speed_min"):
-            cols[k] = arr[k][cur].astype(np.float32)
+        cols, fl = condition_rows(
+            res["obs"], condition=ci, arch=res["arch"], n_workers=res["n"], model=res["model"], n_layers=res["n_layers"],
+            link_gbps_mean=res["link_gbps_mean"], link_gbps_min=res["link_gbps_min"],
+            compute_scale_mean=res["compute_scale_mean"], flat_start=flat_len, n_rows=min(K * K, spec.n_samples - ci * K * K),
+        )
+        flat_len += res["n_layers"] * K
         for k in ROW_COLUMNS:
             rows[k].append(cols[k])
-    data = {k: np.concatenate(v) for k, v in rows.items()}
-    data.update({k: np.concatenate(v) for k, v in flat.items()})
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, **data)
-    os.replace(tmp, path)
-    return int(data["speed"].size)
+        for k in FLAT_COLUMNS:
+            flat[k].append(fl[k])
+    return write_shard(path, rows, flat)
 
 
 def _shard_rows(spec: DatasetSpec, shard: int) -> int:
@@ -351,8 +390,7 @@ def generate(
             with other arguments (refuses to mix them).
     """
     spec = DatasetSpec(n_samples=n_samples, seed=seed, **spec_kwargs)
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
-        raise ValueError(f"n_jobs must be a positive integer, but got n_jobs={n_jobs!r}.")
+    check_int("n_jobs", n_jobs)
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
     meta_path = os.path.join(out, "meta.json")
@@ -365,10 +403,7 @@ def generate(
                 "use an empty directory or the same arguments to resume."
             )
     else:
-        tmp = meta_path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(meta, fh, indent=1)
-        os.replace(tmp, meta_path)
+        write_meta(out, meta)
     todo = [i for i in range(spec.n_shards) if not os.path.exists(_shard_path(out, i))]
     done_rows = sum(_shard_rows(spec, i) for i in range(spec.n_shards) if i not in set(todo))
     bar = None

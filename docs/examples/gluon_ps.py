@@ -44,7 +44,7 @@ def worker(out_dir: str) -> None:
     # fastest; tuner="autobyte" would predict the best one with the meta-network instead.
     space = SearchSpace.grid([4 * KiB, 8 * KiB, 16 * KiB, 32 * KiB], [1, 2, 4])
     handler = AutoByteHandler(tuner="grid", partition_bytes=16 * KiB, credit_bytes=32 * KiB, window_iters=5,
-                              search_space=space, tuner_kwargs={"space": space})
+                              space=space, tuner_kwargs={"space": space})
     est.fit(data, epochs=2, event_handlers=[handler])
 
     params = {name: p.data().asnumpy() for name, p in net.collect_params().items()}

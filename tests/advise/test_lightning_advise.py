@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from autobyte._testing import launch
+from autobyte.testing import launch
 
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")

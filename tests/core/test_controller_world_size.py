@@ -5,20 +5,12 @@ from __future__ import annotations
 import pytest
 
 from autobyte.core import Config, SearchSpace, WindowStats
-from autobyte.core.tuning import Controller, Decision, Observation, Tuner
+from autobyte.core.tuning import Controller
+from autobyte.testing import AlwaysMove
 
 SPACE = SearchSpace([Config(1000, 1000), Config(2000, 4000)])
 
 
-class AlwaysMove(Tuner):
-    name = "always-move"
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def observe(self, obs: Observation) -> Decision | None:
-        self.seen += 1
-        return Decision([c for c in self.space if c != obs.config][0], "move", predicted_speed=1e9)
 
 
 def _w(speed: float, n_iters: int = 10) -> WindowStats:

@@ -101,9 +101,9 @@ def test_gain_trigger_accepts_zero_threshold():
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, 0.0, -1.0])
 def test_gain_trigger_rejects_bad_speeds(bad):
-    with pytest.raises(ValueError, match=r"current_speed must be a positive finite speed"):
+    with pytest.raises(ValueError, match=r"current_speed must be a positive number of samples/s"):
         GainTrigger().should_reconfigure(0, A, bad, B, 100.0)
-    with pytest.raises(ValueError, match=r"candidate_speed must be a positive finite speed"):
+    with pytest.raises(ValueError, match=r"candidate_speed must be a positive number of samples/s"):
         GainTrigger().should_reconfigure(0, A, 100.0, B, bad)
 
 
@@ -145,9 +145,9 @@ def test_adapt_trigger_rejects_bad_arguments(kw, match):
 
 @pytest.mark.parametrize("bad", [math.nan, -math.inf, 0.0])
 def test_adapt_trigger_rejects_bad_speeds(bad):
-    with pytest.raises(ValueError, match=r"observed must be a positive finite speed"):
+    with pytest.raises(ValueError, match=r"observed must be a positive number of samples/s"):
         AdaptTrigger().should_adapt(100.0, bad)
-    with pytest.raises(ValueError, match=r"predicted must be a positive finite speed"):
+    with pytest.raises(ValueError, match=r"predicted must be a positive number of samples/s"):
         AdaptTrigger().should_adapt(bad, 100.0)
 
 

@@ -1,11 +1,9 @@
-"""Contract: every registered tuner's ``state_dict`` round-trips through JSON to the same decisions.
+"""Tuner state beyond the contract: BO resumed inside its GP phase, AutoByte's adapted head.
 
-A tuner runs on a deterministic sequence of simulated windows (ResNet50, 8
-workers, parameter server; the bandwidth steps through 10, 0.5, 40 and 1
-Gbit/s every 8 windows, where the best configuration differs, so regimes
-change, AutoByte moves, adapts and explores); at a checkpoint
-its state goes through ``json.dumps``/``json.loads`` into a fresh tuner, which
-continues. Every later decision must equal the uninterrupted run's.
+The contract itself (every registered tuner's ``state_dict`` round-trips through
+JSON to the same decisions) is :func:`autobyte.testing.tuner_contract.check_state_round_trip`,
+run over every tuner by ``tests/contract/test_tuner_contract.py``; this file reuses its
+simulated windows.
 """
 
 from __future__ import annotations
@@ -16,58 +14,17 @@ from typing import Any, Callable
 
 import pytest
 
-from autobyte import sim
-from autobyte.core.space import Config, KiB, MiB, SearchSpace
-from autobyte.core.tuners import make_tuner, tuner_names
-from autobyte.core.tuning import Observation, Tuner
-
-SPACE = SearchSpace.grid([256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB], [1, 2, 4])
-START = Config(4 * MiB, 8 * MiB)
-N_WINDOWS = 48
-RATES_GBPS = (10.0, 0.5, 40.0, 1.0)
-#: Checkpoints: inside BO's random and GP phases, inside grid search, across regime changes
-#: and AutoByte's adaptations (windows 3, 4 and 33 in this sequence).
-CHECKPOINTS = (2, 5, 12, 21, 30, 36)
-_cache: dict[tuple[Config, int], Observation] = {}
-
-
-def window(config: Config, w: int) -> Observation:
-    """Window ``w`` under ``config``: deterministic; the link changes every 8 windows."""
-    key = (config, w)
-    if key not in _cache:
-        gbps = RATES_GBPS[(w // 8) % len(RATES_GBPS)]
-        res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(8, gbps, "ps"), config, n_iters=2, seed=w)
-        f = res.features()
-        _cache[key] = Observation(w * 10, config, float(f.speed.sum()), f)
-    return _cache[key]
+from autobyte.core.tuners import make_tuner
+from autobyte.core.tuning import Tuner
+from autobyte.testing.tuner_contract import N_WINDOWS, SPACE, START, Step, default_factory, drive
 
 
 def build(name: str) -> Tuner:
-    if name == "autobyte":
-        from autobyte.meta import MetaNetwork
-
-        # a private network (adaptation changes its head); a 3% error bar so that it adapts
-        # in this sequence; inline adaptation bounded by epochs, not by wall time: deterministic
-        return make_tuner("autobyte", network=MetaNetwork.load_default(), background=False, adapt_time_s=1e6,
-                          max_error=0.03)
-    if name == "grid":
-        return make_tuner("grid", space=SPACE)
-    if name == "bo":
-        return make_tuner("bo", arch="ps", seed=0)
-    return make_tuner(name)
+    return default_factory(name)()
 
 
-Step = tuple[Config, Any]
-
-
-def run(tuner: Tuner, windows: range, cur: Config) -> tuple[list[Step], Config]:
-    steps: list[Step] = []
-    for w in windows:
-        d = tuner.observe(window(cur, w))
-        steps.append((cur, None if d is None else (d.config, d.reason, d.predicted_speed)))
-        if d is not None:
-            cur = d.config
-    return steps, cur
+def run(tuner: Tuner, windows: range, cur) -> tuple[list[Step], Any]:
+    return drive(tuner, windows, cur, inside_space=False)
 
 
 def resumed(name: str, at: int, through: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Step]:
@@ -84,18 +41,6 @@ def resumed(name: str, at: int, through: Callable[[dict[str, Any]], dict[str, An
 
 _HAS_BO = importlib.util.find_spec("bayes_opt") is not None
 needs_bo = pytest.mark.skipif(not _HAS_BO, reason="bayesian-optimization is not installed (pip install 'autobyte[tune]')")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=needs_bo) if n == "bo" else n for n in tuner_names()])
-def test_state_round_trips_through_json_to_the_same_decisions(name):
-    t = build(name)
-    whole, _ = run(t, range(N_WINDOWS), t.start(SPACE, START))
-    # the sequence must make every searching tuner decide several times, or the test proves little
-    assert sum(d is not None for _, d in whole) >= (0 if name == "static" else 4), whole
-    for at in CHECKPOINTS:
-        again = resumed(name, at, lambda s: json.loads(json.dumps(s)))
-        for w, (a, b) in enumerate(zip(whole, again)):
-            assert a == b, f"{name} resumed at window {at} diverges at window {w}: {b} instead of {a}"
 
 
 @needs_bo

@@ -127,8 +127,8 @@ def test_bo_state_dict_is_plain_and_restores():
     "kw, match",
     [
         ({"arch": "ring"}, r"arch must be one of \('ps', 'allreduce'\), but got arch='ring'"),
-        ({"n_random": -1}, r"n_random must be an integer >= 0, but got n_random=-1"),
-        ({"n_steps": 0}, r"n_steps must be an integer >= 1, but got n_steps=0"),
+        ({"n_random": -1}, r"n_random must be a non-negative integer, but got n_random=-1"),
+        ({"n_steps": 0}, r"n_steps must be a positive integer, but got n_steps=0"),
         ({"n_random": 15}, r"n_random must be at most n_steps - 1 = 14, but got n_random=15"),
         ({"xi": -0.1}, r"xi must be a non-negative finite number, but got xi=-0.1"),
         ({"ranges": {"partition": (2.0, 1.0), "credit": (1.0, 2.0)}}, r"ranges\['partition'\] must be \(lo, hi\)"),

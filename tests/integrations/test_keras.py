@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras")
 if keras.backend.backend() != "torch":
     pytest.skip("Keras was imported on another backend in this session", allow_module_level=True)
 
-from autobyte._testing import launch  # noqa: E402
+from autobyte.testing import launch  # noqa: E402
 from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations.keras import AutoByteCallback  # noqa: E402
 

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-from autobyte._testing import launch  # noqa: E402
+from autobyte.testing import launch  # noqa: E402
 from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations import lightning as ab_lightning  # noqa: E402
 from autobyte.integrations.lightning import AutoByteCallback  # noqa: E402

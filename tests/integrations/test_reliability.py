@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autobyte._testing import launch  # noqa: E402
+from autobyte.testing import launch  # noqa: E402
 from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations.torch import schedule  # noqa: E402
 

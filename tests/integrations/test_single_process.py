@@ -7,21 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-from autobyte.core.tuning import Decision, Observation, Tuner  # noqa: E402
+from autobyte.testing import AlwaysMove  # noqa: E402
 from autobyte.integrations.lightning import AutoByteCallback  # noqa: E402
 
 
-class AlwaysMove(Tuner):
-    """Would reconfigure at every window if it were asked."""
-
-    name = "always-move"
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def observe(self, obs: Observation) -> Decision | None:
-        self.seen += 1
-        return Decision([c for c in self.space if c != obs.config][0], "move", predicted_speed=1e9)
 
 
 class Tiny(pl.LightningModule):

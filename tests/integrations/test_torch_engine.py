@@ -4,84 +4,45 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from autobyte._testing import launch  # noqa: E402
 from autobyte.core import KiB, MiB, UNLIMITED  # noqa: E402
 from autobyte.integrations.torch import schedule  # noqa: E402
+from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import engine_contract as ec  # noqa: E402
 
-WORKER = os.path.join(os.path.dirname(__file__), "scripts", "torch_worker.py")
-MODEL_BYTES = 4 * (3 * 16 * 9 + 16 + 16 * 2 + 16 * 32 * 9 + 32 + 32 * 2 + 512 * 64 + 64 + 64 * 10 + 10 + 1)
-
-
-def run(tmp_path, scenario: str, opts: dict | None = None, timeout_s: float = 240.0, env: dict | None = None):
-    res = launch([WORKER, scenario, str(tmp_path), json.dumps(opts or {})], 2, timeout_s=timeout_s, env=env)
-    return res, [np.load(tmp_path / f"rank{r}.npz", allow_pickle=False) if (tmp_path / f"rank{r}.npz").exists() else None for r in range(2)]
+# Equivalence with DDP, reconfiguration at an agreed iteration, rank skew, a lost peer and bad
+# input are the engine contract's (tests/contract/test_engine_contract.py); here: what only torch has.
 
 
-CONFIGS = [
-    (4 * KiB, 4 * KiB, 0),  # tiny partitions, credit 1X
-    (4 * KiB, 8 * KiB, 0),  # credit 2X
-    (16 * KiB, 256 * KiB, 0),  # credit 16X
-    (1 * MiB, 1 * MiB, 0),  # partition larger than the whole model
-    (25 * MiB, UNLIMITED, 0),  # DDP's operating point
-    (8 * KiB, 32 * KiB, 3),  # reconfigured every 3 steps
-]
+def run(tmp_path, scenario: str, timeout_s: float = 240.0):
+    res = launch(["-m", "autobyte.testing._torch_worker", str(tmp_path), json.dumps({"scenario": scenario})], 2,
+                 timeout_s=timeout_s)
+    return res, [json.loads((tmp_path / f"rank{r}.json").read_text()) if (tmp_path / f"rank{r}.json").exists() else None
+                 for r in range(2)]
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_matches_ddp(tmp_path, optimizer):
-    assert 1 * MiB > MODEL_BYTES
-    res, out = run(tmp_path, "equivalence", {"optimizer": optimizer, "configs": CONFIGS, "steps": 30})
-    for r in res:
-        assert r.returncode == 0, r.stderr[-3000:]
-    for rank in range(2):
-        for i, cfg in enumerate(CONFIGS):
-            assert bool(out[rank][f"ok{i}"]), f"rank {rank} config {cfg}: max abs diff {float(out[rank][f'err{i}'])}"
-    # The tiny partition really split the model into many messages, the big one into a single message.
-    assert int(out[0]["msgs0"]) > 20
-    assert int(out[0]["msgs3"]) == 1
+CONFIGS = ((4 * KiB, 8 * KiB, 0), (25 * MiB, UNLIMITED, 0), (8 * KiB, 32 * KiB, 3))
 
 
-def test_synchronous_mode_matches_ddp(tmp_path):
-    cfgs = [(4 * KiB, 8 * KiB, 0), (8 * KiB, 32 * KiB, 4)]
-    res, out = run(tmp_path, "equivalence", {"optimizer": "adam", "configs": cfgs, "steps": 12, "overlap": False})
-    for r in res:
-        assert r.returncode == 0, r.stderr[-3000:]
-    assert all(bool(out[0][f"ok{i}"]) for i in range(len(cfgs)))
-
-
-def test_rank_skew_with_reconfiguration_never_hangs(tmp_path):
-    res, out = run(tmp_path, "skew", {"steps": 300}, timeout_s=300)
-    for r in res:
-        assert r.returncode == 0, r.stderr[-3000:]
-    keys = sorted(out[0].files)
-    assert keys and keys == sorted(out[1].files)
-    for k in keys:
-        np.testing.assert_array_equal(out[0][k], out[1][k])
-
-
-def test_killed_peer_gives_clear_error_within_timeout(tmp_path):
-    res, _ = run(tmp_path, "failure", {"timeout_s": 10}, timeout_s=90)
-    survivor, dead = res
-    assert dead.returncode == 17
-    assert survivor.returncode == 3, survivor.stdout + survivor.stderr[-2000:]
-    assert "PEERLOST" in survivor.stdout and "rank 1" in survivor.stdout, survivor.stdout
-    waited = float(survivor.stdout.split("PEERLOST after ")[1].split("s:")[0])
-    assert waited < 10 + 5
+@pytest.mark.parametrize("optimizer, overlap", [("adamw", True), ("adam", False)], ids=["adamw-overlap", "adam-synchronous"])
+def test_other_optimizers_and_modes_match_ddp(tmp_path, optimizer, overlap):
+    # the contract trains SGD with overlap; per-parameter AdamW updates and the synchronous mode too
+    harness = ec.TorchHarness(optimizer=optimizer, overlap=overlap)
+    harness.equivalence_configs = CONFIGS
+    ec.check_matches_unscheduled(harness, tmp_path)
 
 
 def test_reconfigure_disagreement_is_an_error_on_every_rank(tmp_path):
     res, out = run(tmp_path, "mismatch")
     for r in res:
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "same arguments on every rank" in r.stdout and "rank 1: partition_bytes=16384" in r.stdout
-    assert bool(out[0]["raised"]) and bool(out[1]["raised"])
+    for o in out:
+        assert o["raised"] is True, o
+        assert "same arguments on every rank" in o["message"] and "rank 1: partition_bytes=16384" in o["message"], o
 
 
 def test_timeline_records_compute_and_every_message(tmp_path):
@@ -91,9 +52,9 @@ def test_timeline_records_compute_and_every_message(tmp_path):
     trace = json.loads((tmp_path / "trace0.json").read_text())
     ev = trace["traceEvents"]
     msgs = [e for e in ev if e["ph"] == "X" and e["name"].startswith("msg ")]
-    assert len(msgs) == 3 * int(out[0]["n_messages"])
+    assert len(msgs) == 3 * out[0]["n_messages"]
     assert all(e["dur"] >= 0 and e["args"]["bytes"] > 0 for e in msgs)
-    assert len([e for e in ev if e["name"].startswith("update ")]) == 3 * int(out[0]["n_params"])
+    assert len([e for e in ev if e["name"].startswith("update ")]) == 3 * out[0]["n_params"]
     assert len([e for e in ev if e["name"].startswith("forward ")]) == 3
     tracks = {e["args"]["name"] for e in ev if e["name"] == "thread_name"}
     assert {"compute", "communication", "update"} <= tracks
@@ -110,15 +71,12 @@ def _model():
 @pytest.mark.parametrize(
     "kw, exc, match",
     [
-        ({"partition_bytes": 0}, ValueError, "partition_bytes must be a positive integer, but got partition_bytes=0"),
+        # the shared arguments are the engine contract's (autobyte.testing.engine_contract.BAD_INPUT)
         ({"partition_bytes": -5}, ValueError, "partition_bytes=-5"),
-        ({"partition_bytes": 1.5}, TypeError, "partition_bytes=1.5"),
         ({"partition_bytes": math.nan}, TypeError, "partition_bytes=nan"),
         ({"partition_bytes": 2**50}, ValueError, "at most"),
         ({"credit_bytes": 0}, ValueError, "credit_bytes must be a positive integer"),
-        ({"credit_bytes": "4MB"}, TypeError, "credit_bytes='4MB'"),
-        ({"timeout_s": 0}, ValueError, "timeout_s must be a positive number"),
-        ({"tuner": 3}, TypeError, "tuner must be"),
+        ({"verbose": "yes"}, TypeError, "verbose must be True or False"),
     ],
 )
 def test_bad_arguments(kw, exc, match):
@@ -163,7 +121,4 @@ def test_world_size_one_trains_unchanged():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL cannot run two ranks on one GPU); none lent to this run")
 def test_matches_ddp_on_nccl(tmp_path):
-    res, out = run(tmp_path, "equivalence", {"optimizer": "sgd", "configs": CONFIGS[:4], "steps": 30, "backend": "nccl"})
-    for r in res:
-        assert r.returncode == 0, r.stderr[-3000:]
-    assert all(bool(out[0][f"ok{i}"]) for i in range(4))
+    ec.check_matches_unscheduled(ec.TorchHarness(backend="nccl"), tmp_path)

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from autobyte._testing import launch
+from autobyte.testing import launch
 from autobyte.sim import GBPS, Cluster, ModelProfile, bucket_limits, ddp_buckets, get_model, simulate_ddp
 from autobyte.sim._ddp import FIRST_BUCKET_BYTES
 

@@ -54,7 +54,7 @@ def test_python_api_rejects_bad_arguments() -> None:
 _NONROOT = (
     "import os, sys\n"
     "from autobyte.testbed import _cli\n"
-    "import autobyte.cli, autobyte.testbed.calibrate, autobyte.bench.collect  # noqa: F401 (imported before the drop)\n"
+    "import autobyte.cli, autobyte.bench.calibrate, autobyte.bench.collect  # noqa: F401 (imported before the drop)\n"
     "if os.geteuid() == 0:\n"
     "    os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
     "sys.exit(_cli.main(sys.argv[1:]))\n"

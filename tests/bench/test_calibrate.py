@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,8 @@ import pytest
 
 from autobyte.bench.collect import Measurement, Segment, schedule_segments, size_segment
 from autobyte.core import Config, KiB, MiB
-from autobyte.testbed import _cli
-from autobyte.testbed.calibrate import (
+from autobyte.bench import _measure_cli as _cli
+from autobyte.bench.calibrate import (
     PARAMS,
     CalibrationPlan,
     SimParams,
@@ -33,7 +34,13 @@ from autobyte.testbed.calibrate import (
     write_outputs,
 )
 
-from .conftest import REPO, needs_root
+REPO = Path(__file__).resolve().parents[2]
+needs_root = [  # as tests/testbed/conftest.py: the smoke measures on the real testbed
+    pytest.mark.root,
+    pytest.mark.skipif(not (os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc")),
+                       reason="needs root and iproute2 (ip, tc) for network namespaces"),
+]
+
 
 _PROFILE = {  # a CNN-like profile: small conv layers first, one big fully connected layer
     "layer_bytes": [3584, 256, 73856, 512, 295424, 1024, 590336, 1024, 12584448, 61480],
@@ -56,7 +63,7 @@ def _env() -> dict[str, str]:
 def test_quick_calibration_on_the_testbed(tmp_path: Path) -> None:
     out = tmp_path / "calib"
     # (``autobyte calibrate`` is this command; the testbed module spares the other subsystems' imports)
-    r = subprocess.run([sys.executable, "-m", "autobyte.testbed._cli", "calibrate", "--out", str(out), "--quick", "--starts", "1"],
+    r = subprocess.run([sys.executable, "-m", "autobyte.bench._measure_cli", "calibrate", "--out", str(out), "--quick", "--starts", "1"],
                        capture_output=True, text=True, cwd=REPO, env=_env(), timeout=110)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     for name in ("measurements.csv", "points.csv", "params.json", "errors.md", "calib_scatter.png", "calib_grid.png",

@@ -1,26 +1,24 @@
-"""KVStore engine: a Gluon Trainer's gradients pushed and pulled by priority under a credit window.
+"""The shared part of the MXNet engines: a Gluon Trainer's gradients sent by priority under a credit window.
 
-The engine takes over the communication of a ``gluon.Trainer`` built on a
-``dist_sync`` KVStore (a real parameter server). Gradients are cut into
-messages by :func:`autobyte.core.scheduler.plan_messages`; each message is one
-KVStore key (a split tensor's chunks are views of the gradient, fused small
-tensors share a buffer). Messages are released by
-:class:`autobyte.core.scheduler.CreditQueue` as their gradients become ready;
-servers sum them (no optimizer runs on the servers) and every worker applies
-the optimizer locally with ``Trainer.update``, which is what ``dist_sync``
-with ``update_on_kvstore=True`` computes on the servers.
+Gradients are cut into messages by :func:`autobyte.core.scheduler.plan_messages`
+(a split tensor's chunks are views of the gradient, fused small tensors share
+a buffer). Messages are released by :class:`autobyte.core.scheduler.CreditQueue`
+as their gradients become ready; every worker applies the optimizer locally
+with ``Trainer.update`` on the synchronised gradients. The transport is the
+subclass's: the KVStore engine (``_mxnet_kvstore``: one ``dist_sync`` key per
+message, the live priority policy, since servers match pushes by key) and the
+Horovod engine (``_mxnet_horovod``: all-reduce collectives, issued in one
+order computed from the plan alone, ``fixed_order``, so that rank skew can
+never deadlock the credit window).
 
-Servers match pushes by key, so no global issue order is needed: the live
-priority policy applies on each worker directly. All-reduce engines (Horovod,
-in ``_mxnet_horovod``) share everything here but the transport, and issue in
-one order computed from the plan alone (``fixed_order``), so that rank skew
-can never deadlock the credit window.
+Every wait for a peer ends within ``timeout_s`` with :class:`PeerLostError`.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -30,15 +28,41 @@ import numpy as np
 from ..core.metrics import StatsCollector
 from ..core.scheduler import CreditQueue, Message, Scheduler, TensorSpec, plan_order
 from ..core.space import Config
-from ..core.window import WIRE_LEN
+from ..core._checks import check_positive
+from ._common import PeerLostError
 from ._mxnet_imports import import_mxnet
 
-#: Reserved KVStore keys; MXNet hashes a key as ``key * 9973`` in 32-bit
-#: arithmetic to pick its server, so every key must stay below this bound.
-MAX_KEY = 200_000
-_KEY_STATS = 0
-_KEY_DECISION = 1
-_KEY_WEIGHTS0 = 2
+
+class _Waiter:
+    """One thread that waits on MXNet arrays for an engine, so that the engine's own wait can end at a timeout.
+
+    MXNet's ``wait_to_read`` has no timeout; a dist_sync push never completes
+    when another worker is gone.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Sequence[Any], threading.Event, list[BaseException]]] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="autobyte-mxnet-wait", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            arrays, done, error = self._jobs.get()
+            try:
+                for a in arrays:
+                    a.wait_to_read()
+            except BaseException as exc:  # an MXNet error belongs to the caller
+                error.append(exc)
+            done.set()
+
+    def wait(self, arrays: Sequence[Any], timeout_s: float) -> bool:
+        """Whether every array was ready within ``timeout_s`` (re-raises MXNet's error)."""
+        done, error = threading.Event(), []  # type: tuple[threading.Event, list[BaseException]]
+        self._jobs.put((arrays, done, error))
+        if not done.wait(timeout_s):
+            return False
+        if error:
+            raise error[0]
+        return True
 
 
 @dataclass
@@ -68,11 +92,15 @@ class _GluonEngine:
     #: Whether every rank must issue messages in one agreed order (collectives).
     fixed_order = False
 
-    def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int) -> None:
+    def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, timeout_s: float = 300.0) -> None:
         self._mx = mx = import_mxnet()
         if not isinstance(trainer, mx.gluon.Trainer):
             raise TypeError(f"trainer must be a mxnet.gluon.Trainer, but got trainer={trainer!r}.")
         self.config = Config(partition_bytes, credit_bytes)
+        #: longest wait for the other workers before :class:`PeerLostError`
+        self.timeout_s = float(check_positive("timeout_s", timeout_s, "seconds"))
+        self._waiter: _Waiter | None = None
+        self._lost: PeerLostError | None = None
         self._trainer = trainer
         self.iteration = 0
         self.scheduler: Scheduler | None = None
@@ -263,8 +291,7 @@ class _GluonEngine:
             issue(queue.release())
         while in_flight:
             i, bufs, t0 = in_flight.popleft()
-            for b in bufs:
-                b.wait_to_read()
+            self._wait(bufs, f"message {i} of iteration {self.iteration}")
             t1 = time.perf_counter()
             nbytes = layout.messages[i].nbytes
             stats.message_done(nbytes, t0, t1)
@@ -279,6 +306,22 @@ class _GluonEngine:
                 for buf, dst in zip(bufs, flat[s.tensor]):
                     dst[s.start:s.stop] = buf[off:off + s.numel]
                 off += s.numel
+
+    def _wait(self, arrays: Sequence[Any], what: str) -> None:
+        """Wait for arrays that other workers complete; :class:`PeerLostError` after ``timeout_s``."""
+        if self._lost is not None:
+            raise self._lost
+        if self._waiter is None:
+            self._waiter = _Waiter()
+        if not self._waiter.wait(arrays, self.timeout_s):
+            self._lost = PeerLostError(
+                f"no answer from the other workers for {what} within timeout_s={self.timeout_s:g} s: "
+                f"{self._peers_hint()} The job cannot go on: stop every process and restart from a checkpoint."
+            )
+            raise self._lost
+
+    def _peers_hint(self) -> str:
+        return "another worker stopped, crashed or is stuck (every worker must run the same number of batches)."
 
     # ------------------------------------------------------- reconfiguration
     def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None, reason: str = "") -> Config:
@@ -314,145 +357,3 @@ class _GluonEngine:
                 self.config = cfg
             elif cfg != self.config:
                 self.reconfigure(cfg.partition_bytes, cfg.credit_bytes, reason="restored")
-
-
-class KVStoreEngine(_GluonEngine):
-    """Scheduled gradient synchronisation of a Gluon ``Trainer`` on a ``dist_sync`` parameter server.
-
-    Call :meth:`step` where you called ``trainer.step``. Build it with
-    :func:`schedule`.
-
-    Args:
-        trainer: a ``mxnet.gluon.Trainer`` created with ``kvstore="dist_sync"``
-            (or a ``dist_sync`` KVStore object), before its first ``step``.
-            Any other kvstore (``"device"``, ``"local"``, ``None``) means one
-            worker: :meth:`step` is then ``trainer.step``.
-        partition_bytes: largest message; bigger gradients are split, smaller
-            neighbouring ones fused.
-        credit_bytes: most bytes in flight at once.
-        kvstore: overrides the trainer's kvstore (type string or KVStore).
-
-    Raises:
-        ImportError: MXNet is missing. RuntimeError: MXNet is not 1.9.x, or
-        the trainer already communicated. TypeError, ValueError: bad arguments
-        (each message names the argument).
-    """
-
-    arch = "ps"
-    fixed_order = False  # servers match pushes by key: the live priority policy applies
-
-    def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None) -> None:
-        super().__init__(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes)
-        self._kv = self._take_over(trainer, kvstore)
-        self._next_key = _KEY_WEIGHTS0
-        self._control_shapes: dict[int, tuple[int, ...]] = {}
-
-    def _take_over(self, trainer: Any, kvstore: Any) -> Any:
-        mx = self._mx
-        if trainer._kv_initialized and trainer._kvstore is not None:
-            raise RuntimeError(
-                "trainer has already created its KVStore (trainer.step was called); "
-                "build the autobyte engine or handler before the first trainer.step()."
-            )
-        spec = trainer._kvstore_params["kvstore"] if kvstore is None else kvstore
-        if isinstance(spec, str):
-            kv = mx.kv.create(spec) if "dist" in spec else None
-        elif isinstance(spec, mx.kvstore.KVStoreBase):
-            kv = spec
-        elif spec is None:
-            kv = None
-        else:
-            raise TypeError(f"kvstore must be a KVStore type string, a KVStore or None, but got kvstore={spec!r}.")
-        if kv is None or "dist" not in kv.type:
-            return None  # one worker: leave the trainer as it is
-        if "async" in kv.type:
-            raise ValueError(f"kvstore must be a synchronous parameter server ('dist_sync'), but got kvstore type {kv.type!r}.")
-        if trainer._kvstore_params.get("update_on_kvstore"):
-            warnings.warn(
-                "autobyte: update_on_kvstore=True is ignored; servers sum the scheduled gradients and every "
-                "worker applies the optimizer (the same update, with no optimizer sent to the servers).",
-                stacklevel=3,
-            )
-        # The trainer keeps its optimizer and updates locally; it no longer talks to the servers.
-        trainer._kvstore_params = {"kvstore": None, "update_on_kvstore": False}
-        trainer._kv_initialized = False
-        return kv
-
-    @property
-    def distributed(self) -> bool:
-        """Whether a parameter server carries the gradients (False: one worker)."""
-        return self._kv is not None
-
-    @property
-    def rank(self) -> int:
-        return 0 if self._kv is None else int(self._kv.rank)
-
-    @property
-    def num_workers(self) -> int:
-        return 1 if self._kv is None else int(self._kv.num_workers)
-
-    def _setup_comm(self, params: list[Any], n_tensors: int) -> None:
-        if _KEY_WEIGHTS0 + len(params) > MAX_KEY:
-            raise RuntimeError(f"the model has {len(params)} parameters; the KVStore engine supports at most {MAX_KEY - _KEY_WEIGHTS0}.")
-        self._next_key = _KEY_WEIGHTS0 + len(params)
-        mx = self._mx
-        width = 8 + n_tensors  # WindowStats.to_vector(): 8 scalars, then one time per tensor
-        # Control keys of a fixed shape: a statistics row per worker, one decision message.
-        self._control_shapes = {_KEY_STATS: (self.num_workers, width), _KEY_DECISION: (WIRE_LEN,)}
-        # One init call = one barrier: control keys, then rank 0's weights for everyone.
-        self._kv.init(
-            [_KEY_STATS, _KEY_DECISION],
-            [mx.nd.zeros(self._control_shapes[k], dtype="float64") for k in (_KEY_STATS, _KEY_DECISION)],
-        )
-        wkeys = [_KEY_WEIGHTS0 + i for i in range(len(params))]
-        self._kv.broadcast(wkeys, [p.list_data()[0] for p in params], out=[p.list_data() for p in params])
-
-    def _register_layout(self, layout: _Layout) -> None:
-        n = len(layout.messages)
-        if self._next_key + n > MAX_KEY:
-            raise RuntimeError(
-                f"partition_bytes={layout.partition_bytes} needs {n} KVStore keys but only "
-                f"{MAX_KEY - self._next_key} are left (MXNet keys must stay below {MAX_KEY}); "
-                "use a larger partition or fewer distinct partitions."
-            )
-        layout.keys = list(range(self._next_key, self._next_key + n))
-        self._next_key += n
-        mx = self._mx
-        # A new plan's keys are initialised on the servers by every worker at the same
-        # iteration (KVStore init ends with a barrier): no gradient can miss its key.
-        self._kv.init(layout.keys, [mx.nd.zeros((m.numel,), dtype=m.dtype) for m in layout.messages])
-
-    def _issue(self, layout: _Layout, index: int, bufs: list[Any]) -> None:
-        self._kv.pushpull(layout.keys[index], bufs, out=bufs, priority=layout.mx_priority[index])
-
-    def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
-        """Every worker's ``vector``, in rank order: each worker fills its row, the servers sum the rows."""
-        vec = np.asarray(vector, dtype=np.float64).reshape(-1)
-        if self._kv is None:
-            return [vec]
-        rows = np.zeros((self.num_workers, vec.size), dtype=np.float64)
-        rows[self.rank] = vec
-        return list(self._sum_on_servers(_KEY_STATS, rows))
-
-    def broadcast(self, vector: np.ndarray) -> np.ndarray:
-        """Rank 0's ``vector``: rank 0 sends it, every other worker zeros, the servers sum."""
-        vec = np.asarray(vector, dtype=np.float64).reshape(-1)
-        if self._kv is None:
-            return vec
-        return self._sum_on_servers(_KEY_DECISION, vec if self.rank == 0 else np.zeros_like(vec))
-
-    def _sum_on_servers(self, key: int, values: np.ndarray) -> np.ndarray:
-        shape = self._control_shapes[key]
-        if values.shape != shape:
-            raise ValueError(f"control key {key} carries float64 arrays of shape {shape}, but got shape {values.shape}.")
-        nd = self._mx.nd.array(values, dtype="float64")
-        self._kv.pushpull(key, nd, out=nd)
-        return np.asarray(nd.asnumpy(), dtype=np.float64)
-
-
-def schedule(trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None) -> KVStoreEngine:
-    """Take over ``trainer``'s parameter-server communication; call ``engine.step(batch_size)`` instead of ``trainer.step``.
-
-    See :class:`KVStoreEngine` for the arguments and errors.
-    """
-    return KVStoreEngine(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes, kvstore=kvstore)

@@ -150,7 +150,7 @@ class CalibrationPlan:
         return float(rate_mbit) in self.holdout_rates_mbit or config in self.holdout_configs
 
     def segments(self) -> list[Any]:
-        from ..bench.collect import schedule_segments
+        from .collect import schedule_segments
 
         return schedule_segments(self.rates_mbit, self.configs, reps=self.reps, target_s=self.target_s, warmup=self.warmup,
                                  min_iters=self.min_iters, max_iters=self.max_iters, seed=self.seed, passes=self.passes)
@@ -375,7 +375,7 @@ def analyze(measurement: Any, plan: CalibrationPlan, *, n_starts: int = 3) -> di
 
 # --------------------------------------------------------------------------- outputs
 def _rate_label(r: float) -> str:
-    from ..bench.collect import UNLIMITED_MBIT
+    from .collect import UNLIMITED_MBIT
 
     return "unlimited" if r >= UNLIMITED_MBIT else f"{r:g}"
 
@@ -525,7 +525,7 @@ def run_calibration(
         TestbedError: measuring without root.
         FileNotFoundError: ``from_raw`` holds no measurement.
     """
-    from ..bench.collect import measure, read_measurement
+    from .collect import measure, read_measurement
 
     os.makedirs(out, exist_ok=True)
     if from_raw is not None:

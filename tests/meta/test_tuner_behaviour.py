@@ -1,9 +1,12 @@
-"""Contract every tuner passes, on the real simulator (optuna's pytest_samplers style)."""
+"""How tuners behave on the real simulator: they settle, and end no slower than they started.
+
+The interface contract (decisions, state, bad input) is :mod:`autobyte.testing.tuner_contract`,
+run over every registered tuner by ``tests/contract/test_tuner_contract.py``.
+"""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import numpy as np
 import pytest
@@ -58,14 +61,6 @@ def tuner_factory(fresh_net):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_decisions_are_configs_and_state_is_plain(name, tuner_factory):
-    t = tuner_factory(name)
-    run(t, 5)
-    json.dumps(t.state_dict())  # plain types only
-    t.load_state_dict(json.loads(json.dumps(t.state_dict())))
-
-
-@pytest.mark.parametrize("name", NAMES)
 def test_settles_in_a_steady_environment(name, tuner_factory):
     # after its search, a tuner must stop moving: at most one change in 20 windows
     settle = {"static": 0, "grid": len(SPACE) + 2, "bo": 17, "autobyte": 12}[name]
@@ -75,21 +70,13 @@ def test_settles_in_a_steady_environment(name, tuner_factory):
     assert changes <= 1
 
 
-@pytest.mark.parametrize("name", ["grid", "autobyte"])
-def test_stays_inside_the_search_space(name, tuner_factory):
-    configs = run(tuner_factory(name), 12)
-    assert all(c in SPACE for c in configs[1:])
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_a_bad_window_never_raises(name, tuner_factory):
-    t = tuner_factory(name)
+def test_autobyte_says_it_ignored_a_bad_window(tuner_factory):
+    t = tuner_factory("autobyte")
     cur = t.start(SPACE, Config(4 * MiB, 8 * MiB))
     obs = window(cur, 0)
-    bad = Observation(obs.iteration, obs.config, float("nan"), obs.features)
-    with pytest.warns(UserWarning) if name == "autobyte" else _nothing():
-        d = t.observe(bad)
-    assert d is None or isinstance(d, Decision)
+    with pytest.warns(UserWarning):
+        d = t.observe(Observation(obs.iteration, obs.config, float("nan"), obs.features))
+    assert d is None
 
 
 @pytest.mark.parametrize("name", ["grid", "bo", "autobyte"])
@@ -100,11 +87,3 @@ def test_ends_no_slower_than_it_started(name, tuner_factory):
     final = np.mean([window(configs[-1], 100 + k).speed for k in range(2)])
     initial = np.mean([window(start, 100 + k).speed for k in range(2)])
     assert final >= 0.97 * initial
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False

@@ -1,4 +1,4 @@
-"""Launch real multi-process jobs on this host (tests, benchmarks, examples).
+"""Launch real multi-process jobs on this host (tests, benchmarks, examples): ``autobyte.testing.launch``.
 
 Each rank is a separate ``python`` process with the environment variables
 ``torch.distributed``'s ``env://`` rendezvous reads (RANK, WORLD_SIZE,

@@ -1,0 +1,22 @@
+"""Test helpers that ship with autobyte: real multi-rank launches and the contract suites.
+
+* :func:`launch` runs ``python argv`` as N ranks on this host with the
+  ``torch.distributed`` ``env://`` variables set (as ``torchrun`` does).
+* :class:`SwitchOnce` and :class:`AlwaysMove`: scripted tuners whose
+  decisions are known in advance.
+* :mod:`autobyte.testing.tuner_contract`: the checks every
+  :class:`~autobyte.core.tuning.Tuner` passes (run them on your own tuner).
+* :mod:`autobyte.testing.engine_contract`: the checks every communication
+  engine passes, on real ranks (torch on gloo, MXNet KVStore ``dist_sync`` on
+  loopback, Horovod where installed).
+
+Both suites are plain functions that raise :class:`AssertionError` with a
+message; ``tests/contract/`` runs them over every registered implementation.
+"""
+
+from __future__ import annotations
+
+from ._launch import RankResult, free_port, launch
+from ._tuners import AlwaysMove, SwitchOnce
+
+__all__ = ["AlwaysMove", "RankResult", "SwitchOnce", "free_port", "launch"]
