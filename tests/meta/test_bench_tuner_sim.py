@@ -79,7 +79,8 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
     assert thr["static"] == thr["bytescheduler_default"]
     # the oracle's schedule, as run, matches what the table predicted for it
     assert abs(row["predicted"]["oracle"] / thr["oracle"] - 1) < 0.02
-    assert row["decisions"]["autobyte"] >= row["n_iters"] // WINDOW
+    # asked about once a window: the do-no-harm guard answers a check itself when it sends the run back
+    assert row["decisions"]["autobyte"] >= 0.8 * (row["n_iters"] // WINDOW)
     assert res["summary"]["autobyte"]["vs_oracle"]["geomean"] == pytest.approx(row["vs_oracle"]["autobyte"])
     # a second run takes the baselines from the cache, and they are what was computed
     assert not row["baselines_cached"]
