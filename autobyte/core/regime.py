@@ -92,9 +92,11 @@ class HarmGuard:
     worth of time (negative when faster: gains are banked). When the cost
     over the last ``span`` iterations exceeds ``budget * span``, the guard
     sends the run back to the starting configuration and keeps it there for
-    ``span`` iterations. A change of conditions seen by the detector (often
-    right after such a return: the starting configuration is slower too)
-    clears the span's costs and ends the hold.
+    ``span`` iterations. A change of conditions seen by the detector clears
+    the span's costs and ends the hold; so does the starting configuration,
+    measured again after the return, running no faster than the configuration
+    left (the loss was the conditions', measured against a reference from
+    before they changed).
 
     Args:
         initial: the starting configuration.
@@ -113,6 +115,7 @@ class HarmGuard:
         self._windows: deque[tuple[int, int, float]] = deque()  # (last iteration, iterations, cost)
         self._hold_until = -1  # iteration until which the run stays at the starting configuration
         self._last: tuple[Config, float] | None = None  # config and speed of the last window
+        self._tripped: tuple[Config, float] | None = None  # the config and speed the last trip left
         self.trips = 0
 
     def record(self, iteration: int, config: Config, speed: float, n_iters: int, changed: bool) -> None:
@@ -126,6 +129,12 @@ class HarmGuard:
                 self.reference *= speed / self._last[1]
         if config == self.initial:
             self.reference = speed
+            if self._tripped is not None and self._tripped[1] >= speed * (1 - self.budget):
+                # measured again, the starting configuration is no faster than what was left:
+                # the loss was the conditions', not the tuner's (a change the detector could not
+                # see, the reference being from before it). No hold.
+                self._hold_until = -1
+            self._tripped = None
         cost = 0.0 if self.reference is None or config == self.initial else n_iters * (self.reference / speed - 1.0)
         self._windows.append((iteration, n_iters, cost))
         while self._windows and self._windows[0][0] <= iteration - self.span:
@@ -151,13 +160,15 @@ class HarmGuard:
         lost = self.cost()
         self.trips += 1
         self._hold_until = iteration + self.span
+        self._tripped = (current, self._last[1] if self._last is not None else 0.0)
         self._windows.clear()
         return (f"guard: {current} cost {lost:.1f} iterations' time over the last {self.span} against {self.initial} "
                 f"(allowed {100 * self.budget:.0f}%): back to the starting configuration for {self.span} iterations")
 
     def state_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "windows": [list(w) for w in self._windows], "hold_until": self._hold_until,
-                "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips}
+                "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips,
+                "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "reference" in state:
@@ -169,3 +180,6 @@ class HarmGuard:
             last = state["last"]
             self._last = None if last is None else (Config(int(last[0]), int(last[1])), float(last[2]))
         self.trips = int(state.get("trips", self.trips))
+        if "tripped" in state:
+            t = state["tripped"]
+            self._tripped = None if t is None else (Config(int(t[0]), int(t[1])), float(t[2]))

@@ -136,3 +136,17 @@ def test_an_offline_search_can_switch_the_guard_off():
     ctl = Controller(t, SPACE, BYTESCHEDULER_DEFAULT, "ps", MODEL.layer_bytes)
     assert ctl.guard is None
     assert Controller(make_tuner("grid"), SPACE, BYTESCHEDULER_DEFAULT, "ps", MODEL.layer_bytes).guard is not None
+
+
+def test_a_trip_caused_by_the_conditions_ends_its_hold_once_the_start_is_measured_again():
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, B, 60.0, 10, False)  # the link dropped as the tuner moved: B looks 40% slower
+    assert g.trip(20, B) is not None and g.holding(25)
+    g.record(30, A, 58.0, 10, False)  # back at the start: just as slow (no detector signal: A's last run is old)
+    assert not g.holding(31) and g.reference == 58.0
+    g.record(40, B, 60.0, 10, False)
+    g.record(50, B, 30.0, 10, False)  # now B really is slower than the start
+    assert g.trip(50, B) is not None
+    g.record(60, A, 58.0, 10, False)  # the start is faster than B was: the hold stays
+    assert g.holding(61)
