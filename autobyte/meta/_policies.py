@@ -224,15 +224,13 @@ class Ledger:
 
     def _recall(self, config: Config, speed: float) -> None:
         young = self.current
-        best, dist = None, math.log1p(self.match)
-        for r in self.regimes:
-            if r is young or config not in r.measured:
-                continue
-            d = abs(math.log(speed / r.measured[config][0]))
-            if d < dist:
-                best, dist = r, d
-        if best is None:
+        near = [r for r in self.regimes if r is not young and config in r.measured
+                and abs(math.log(speed / r.measured[config][0])) < math.log1p(self.match)]
+        # a configuration whose speed does not tell conditions apart (it ran so in the regime
+        # just left too, or in several) recalls nothing
+        if len(near) != 1 or near[0] is self._left:
             return
+        best = near[0]
         # the young regime was these conditions all along: its measurements join the old one's
         self.regimes.remove(young)
         self.regimes.remove(best)
