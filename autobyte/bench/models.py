@@ -42,7 +42,11 @@ def n_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def make_transformer(vocab: int = 32768, dim: int = 128, n_layers: int = 2, n_heads: int = 4, n_classes: int = 10,
+#: Token vocabulary of :func:`make_transformer` (its embedding rows).
+VOCAB = 32768
+
+
+def make_transformer(vocab: int = VOCAB, dim: int = 128, n_layers: int = 2, n_heads: int = 4, n_classes: int = 10,
                      seed: int = 0) -> Any:
     """A small transformer encoder whose bytes sit in one large embedding table.
 
@@ -100,7 +104,9 @@ def make_model(name: str, seed: int = 0) -> Any:
     """One of :data:`MODELS` at its default size."""
     if name not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, but got model={name!r}.")
-    return {"cnn": make_cnn, "transformer": make_transformer, "mlp": make_mlp}[name](seed=seed)
+    if name == "transformer":
+        return make_transformer(seed=seed)
+    return make_mlp(seed=seed) if name == "mlp" else make_cnn(seed=seed)
 
 
 def model_batches(name: str, n: int, batch_size: int, rank: int = 0, seed: int = 0) -> list[tuple[Any, Any]]:
@@ -109,6 +115,5 @@ def model_batches(name: str, n: int, batch_size: int, rank: int = 0, seed: int =
         return synthetic_batches(n, batch_size, rank, seed=seed)
     torch = require_torch()
     g = torch.Generator().manual_seed(seed * 1000 + rank)
-    vocab = make_transformer.__defaults__[0]  # type: ignore[index]
-    return [(torch.randint(0, vocab, (batch_size, SEQ_LEN), generator=g), torch.randint(0, 10, (batch_size,), generator=g))
+    return [(torch.randint(0, VOCAB, (batch_size, SEQ_LEN), generator=g), torch.randint(0, 10, (batch_size,), generator=g))
             for _ in range(n)]
