@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from ._real import METHODS
-from ._suite import BASE_METHODS, SUITES
+from ._scenarios import SUITES
+from ._suite import BASE_METHODS
 
 
 def _trace_args(p: argparse.ArgumentParser, *, low_mbit: float, high_mbit: float, every: int, iters: int) -> None:
@@ -83,7 +84,7 @@ def _methods_arg(text: str) -> list[str]:
 
 
 def _suite_arg(text: str) -> str:
-    from ._suite import SUITES
+    from ._scenarios import SUITES
 
     if text not in SUITES:
         raise argparse.ArgumentTypeError(f"--suite must be one of {', '.join(SUITES)}, but got --suite={text!r}.")

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
+from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario
 from autobyte.bench._suite import (
-    BASE_METHODS, HARM_SPAN, SUITES, Condition, Phase, Scenario, SuitePlan, best_static_in_hindsight, check_method,
-    oracle_phases, predicted_seconds, summarize_scenario, summarize_suite, table_md, throughput, worst_span_ratio,
-    write_suite,
+    BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
+    summarize_scenario, summarize_suite, table_md, throughput, worst_span_ratio, write_suite,
 )
 from autobyte.cli import main
 from autobyte.core import Config
