@@ -123,13 +123,19 @@ def _sweep(rate: float, plan: BenchPlan, out: str, log: Any) -> dict[Config, flo
 
 
 def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *, iters: int, window_iters: int) -> Config:
-    """Run ByteScheduler's BO tuner for ``iters`` iterations from the default config; the config it froze at."""
+    """Run ByteScheduler's BO tuner for ``iters`` iterations from the default config; the config it froze at.
+
+    BO freezes after its last step (``n_steps`` windows, plus the first,
+    discarded one); with fewer iterations the last decision is still a probe:
+    that is logged, and the probe is returned as it is.
+    """
     start = [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]
     _run(dict(extra, method="tuner", tuner="bo", config=start, iters=iters, window_iters=window_iters), trace, d, plan, log)
     with open(os.path.join(d, "decisions.jsonl")) as f:
         decided = [json.loads(line) for line in f]
     bo_config = Config(*decided[-1]["config"]) if decided else BYTESCHEDULER_DEFAULT
-    log(f"  BO froze at {bo_config}")
+    frozen = bool(decided) and "frozen" in str(decided[-1].get("reason"))
+    log(f"  BO {'froze' if frozen else 'did NOT finish its search; its last probe'} at {bo_config}")
     return bo_config
 
 

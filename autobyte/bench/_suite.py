@@ -248,6 +248,30 @@ def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.3f}"
 
 
+def _cfg(pair: Sequence[int]) -> str:
+    p, c = int(pair[0]), int(pair[1])
+    return f"<{p / MIB_F:g} MiB, {c / p:.3g}X>"
+
+
+MIB_F = 1024.0 * 1024.0
+
+
+def _configs_line(s: Mapping[str, Any]) -> str:
+    """One line: what hindsight, the oracle and BO ran, and how close the grids' prediction for hindsight came."""
+    cfgs = s["configs"]
+    parts = []
+    if "hindsight" in cfgs:
+        pred = s.get("hindsight_predicted_samples_per_s")
+        meas = s["methods"].get("hindsight", {}).get("median")
+        parts.append(f"hindsight {_cfg(cfgs['hindsight'])}"
+                     + (f" (grids predicted {pred:.1f} samples/s{'' if meas is None else f', measured {meas:.1f}'})" if pred else ""))
+    if "oracle_phases" in cfgs:
+        parts.append("oracle " + ", ".join(f"it {start}: {_cfg(c)}" for start, c in cfgs["oracle_phases"]))
+    if "bo" in cfgs:
+        parts.append(f"BO {_cfg(cfgs['bo'])}")
+    return f"- {s['name']}: " + "; ".join(parts)
+
+
 def table_md(summary: Mapping[str, Any]) -> str:
     """``suite_summary.md``: one table per tag, then the geometric means."""
     lines = [f"Suite `{summary['suite']}`: {summary['workers']} workers in network namespaces, real training, "
@@ -268,6 +292,9 @@ def table_md(summary: Mapping[str, Any]) -> str:
                 lines.append(f"| {s['name']} | {m} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | "
                              + " | ".join(_ratio(r["vs"].get(ref)) for ref in REFS)
                              + f" | {'' if ws is None else _ratio(ws['median'])} | {'' if cpu is None else f'{100 * cpu:.2f}%'} |")
+        notes = [_configs_line(s) for s in mine if s.get("configs")]
+        if notes:
+            lines += ["", "Configs run:", ""] + notes
         g = summary["geomean"].get(tag)
         if g:
             lines += ["", f"Geometric mean over the {g['n_scenarios']} `{tag}` scenario(s):", "",

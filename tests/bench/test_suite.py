@@ -231,6 +231,11 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
     write_suite(s, str(tmp_path))
     assert json.loads((tmp_path / "suite_summary.json").read_text())["geomean"]["heldout"]["n_scenarios"] == 1
     assert (tmp_path / "suite_summary.md").read_text() == md
+    scen_rows[2]["configs"] = {"hindsight": [1 << 20, 2 << 20], "oracle_phases": [[0, [1 << 20, 4 << 20]], [15, [65536, 65536]]],
+                               "bo": [3 << 19, 3 << 19]}
+    scen_rows[2]["hindsight_predicted_samples_per_s"] = 300.0
+    assert ("- h1: hindsight <1 MiB, 2X> (grids predicted 300.0 samples/s, measured 320.0); "
+            "oracle it 0: <1 MiB, 4X>, it 15: <0.0625 MiB, 1X>; BO <1.5 MiB, 1X>") in table_md(summarize_suite("x", 2, scen_rows))
 
 
 # -- the command line ---------------------------------------------------------------------------
