@@ -133,8 +133,10 @@ def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *
     _run(dict(extra, method="tuner", tuner="bo", config=start, iters=iters, window_iters=window_iters), trace, d, plan, log)
     with open(os.path.join(d, "decisions.jsonl")) as f:
         decided = [json.loads(line) for line in f]
-    bo_config = Config(*decided[-1]["config"]) if decided else BYTESCHEDULER_DEFAULT
-    frozen = bool(decided) and "frozen" in str(decided[-1].get("reason"))
+    froze = [d for d in decided if "frozen" in str(d.get("reason"))]  # windows after it carry no reason
+    last = froze[-1] if froze else (decided[-1] if decided else None)
+    bo_config = Config(*last["config"]) if last is not None else BYTESCHEDULER_DEFAULT
+    frozen = bool(froze)
     log(f"  BO {'froze' if frozen else 'did NOT finish its search; its last probe'} at {bo_config}")
     return bo_config
 
