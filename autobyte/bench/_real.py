@@ -122,6 +122,13 @@ def _sweep(rate: float, plan: BenchPlan, out: str, log: Any) -> dict[Config, flo
     return _read_sweep(d)
 
 
+def bo_result(decided: Sequence[dict[str, Any]]) -> tuple[Config, bool]:
+    """BO's config from its ``decisions.jsonl`` rows, and whether it froze (else its last probe, or the default)."""
+    froze = [d for d in decided if "frozen" in str(d.get("reason"))]  # the windows after it carry no reason
+    last = froze[-1] if froze else (decided[-1] if decided else None)
+    return (Config(*last["config"]) if last is not None else BYTESCHEDULER_DEFAULT), bool(froze)
+
+
 def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *, iters: int, window_iters: int) -> Config:
     """Run ByteScheduler's BO tuner for ``iters`` iterations from the default config; the config it froze at.
 
@@ -133,10 +140,7 @@ def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *
     _run(dict(extra, method="tuner", tuner="bo", config=start, iters=iters, window_iters=window_iters), trace, d, plan, log)
     with open(os.path.join(d, "decisions.jsonl")) as f:
         decided = [json.loads(line) for line in f]
-    froze = [d for d in decided if "frozen" in str(d.get("reason"))]  # windows after it carry no reason
-    last = froze[-1] if froze else (decided[-1] if decided else None)
-    bo_config = Config(*last["config"]) if last is not None else BYTESCHEDULER_DEFAULT
-    frozen = bool(froze)
+    bo_config, frozen = bo_result(decided)
     log(f"  BO {'froze' if frozen else 'did NOT finish its search; its last probe'} at {bo_config}")
     return bo_config
 

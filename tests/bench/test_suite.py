@@ -167,6 +167,18 @@ def test_oracle_switches_to_each_phases_best():
                                         [40, [A.partition_bytes, A.credit_bytes]]]
 
 
+def test_bo_result_is_the_frozen_config_not_the_last_window():
+    from autobyte.bench._real import bo_result
+    from autobyte.core import BYTESCHEDULER_DEFAULT
+
+    probe = {"iteration": 7, "config": [1 << 20, 1 << 20], "reason": "BO step 1/15: random probe"}
+    froze = {"iteration": 105, "config": [4 << 20, 2 << 20], "reason": "BO step 15/15: best point measured, frozen"}
+    after = {"iteration": 112, "config": [4 << 20, 2 << 20], "observed_speed": 130.0}
+    assert bo_result([probe, froze, after]) == (Config(4 << 20, 2 << 20), True)
+    assert bo_result([probe]) == (Config(1 << 20, 1 << 20), False)
+    assert bo_result([]) == (BYTESCHEDULER_DEFAULT, False)
+
+
 def test_worst_span_finds_the_slowest_aligned_span():
     base = [0.1] * 200
     tuned = [0.1] * 200
