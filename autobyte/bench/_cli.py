@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 from ._real import METHODS
+from ._scenarios import SUITES
+from ._suite import BASE_METHODS
 
 
 def _trace_args(p: argparse.ArgumentParser, *, low_mbit: float, high_mbit: float, every: int, iters: int) -> None:
@@ -30,16 +32,24 @@ def _check_trace_args(args: argparse.Namespace) -> None:
 
 
 def register(sub: Any) -> None:
-    from ..cli import int_arg, list_arg, out_arg
+    from ..cli import int_arg, out_arg
 
     p = sub.add_parser(
         "bench",
-        help="real training side by side on one bandwidth trace: DDP, ByteScheduler default, BO, AutoByte, per-phase oracle",
+        help="real training side by side on one bandwidth trace (or a named suite of scenarios): DDP, ByteScheduler default, "
+             "BO, AutoByte, per-phase oracle",
         description="Real 2-worker training in network namespaces (needs root); see docs/benchmarks.md.",
     )
     _trace_args(p, low_mbit=200.0, high_mbit=2000.0, every=20, iters=200)
-    p.add_argument("--methods", default=list(METHODS), type=list_arg("--methods", METHODS),
-                   help=f"comma-separated subset of {','.join(METHODS)} (default: all)")
+    p.add_argument("--methods", default=None, type=_methods_arg,
+                   help=f"comma-separated subset of {','.join(METHODS)} (default: all); with --suite, of "
+                        f"{','.join(BASE_METHODS)} and tuner:NAME for any registered tuner")
+    p.add_argument("--suite", default=None, type=_suite_arg,
+                   help=f"run a named suite of real scenarios instead of one step trace: {', '.join(SUITES)} "
+                        "(see docs/benchmarks.md, Benchmark suite)")
+    p.add_argument("--scenarios", default=None, help="with --suite: comma-separated subset of its scenario names (default: all)")
+    p.add_argument("--repeats", type=int_arg("--repeats", 1, 100), default=None,
+                   help="with --suite: rounds of every method (default: the suite's, 2)")
     p.add_argument("--bo-iters", type=int_arg("--bo-iters", 1, 10**6), default=150, help="iterations of the BO search (default 150: 15 windows)")
     p.add_argument("--grid-iters", type=int_arg("--grid-iters", 1, 10**5), default=6,
                    help="measured iterations per grid config for the oracle (default 6)")
@@ -48,14 +58,57 @@ def register(sub: Any) -> None:
     register_demo(sub)
 
 
+#: ``bench`` options of the single step trace, with their defaults: not for ``--suite`` (its scenarios fix them).
+_TRACE_ONLY = (("low_mbit", 200.0), ("high_mbit", 2000.0), ("every", 20), ("iters", 200), ("bo_iters", 150), ("grid_iters", 6))
+
+
+def _methods_arg(text: str) -> list[str]:
+    """``--methods``: the bench's methods or a suite's (``hindsight``, ``tuner:NAME``; checked against ``--suite`` later)."""
+    from ..core.tuners import tuner_names
+    from ._suite import check_method
+
+    items = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    bad = []
+    for m in items:
+        try:
+            check_method(m)
+        except ValueError:
+            if m not in METHODS:
+                bad.append(m)
+    if not items or bad:
+        extra = f" ({', '.join(map(repr, bad))} unknown)" if bad else ""
+        raise argparse.ArgumentTypeError(
+            f"--methods must be a comma-separated subset of {','.join(METHODS)}, but got --methods={text!r}{extra}. "
+            f"With --suite, also hindsight and tuner:NAME (NAME one of {', '.join(tuner_names())}).")
+    return items
+
+
+def _suite_arg(text: str) -> str:
+    from ._scenarios import SUITES
+
+    if text not in SUITES:
+        raise argparse.ArgumentTypeError(f"--suite must be one of {', '.join(SUITES)}, but got --suite={text!r}.")
+    return text
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ..cli import CLIError
     from ._real import BenchPlan, run_bench
 
+    if args.suite is not None:
+        return _bench_suite(args)
+    for flag, value in (("--scenarios", args.scenarios), ("--repeats", args.repeats)):
+        if value is not None:
+            raise CLIError(f"{flag} goes with --suite NAME, but got {flag}={value!r} without --suite.")
     _check_trace_args(args)
+    methods = list(METHODS) if args.methods is None else args.methods
+    only_suite = [m for m in methods if m not in METHODS]
+    if only_suite:
+        raise CLIError(f"--methods {only_suite[0]} needs --suite NAME (the single-trace bench runs {','.join(METHODS)}), "
+                       f"but got --methods={','.join(methods)!r} without --suite.")
     try:
         plan = BenchPlan(low_mbit=args.low_mbit, high_mbit=args.high_mbit, every=args.every, iters=args.iters,
-                         methods=list(args.methods), bo_iters=args.bo_iters, grid_iters=args.grid_iters)
+                         methods=methods, bo_iters=args.bo_iters, grid_iters=args.grid_iters)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     out = args.out or os.path.join("runs", time.strftime("bench-%Y%m%d-%H%M%S"))
@@ -63,6 +116,39 @@ def _bench(args: argparse.Namespace) -> int:
     with open(os.path.join(out, "summary.md")) as f:
         print(f.read())
     print(f"raw data, CSV and plot in {out}/")
+    return 0
+
+
+def _bench_suite(args: argparse.Namespace) -> int:
+    from ..cli import CLIError
+    from ._suite import SuitePlan, run_suite
+
+    for dest, default in _TRACE_ONLY:
+        if getattr(args, dest) != default:
+            flag = "--" + dest.replace("_", "-")
+            raise CLIError(f"{flag} sets the single-trace bench, not a suite (its scenarios fix it), "
+                           f"but got {flag}={getattr(args, dest)!r} with --suite={args.suite!r}.")
+
+    def names(flag: str, text: str | list[str] | None) -> list[str] | None:
+        if isinstance(text, list):
+            return text
+        if text is None:
+            return None
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items:
+            raise CLIError(f"{flag} must be a non-empty comma-separated list, but got {flag}={text!r}.")
+        return items
+
+    try:
+        plan = SuitePlan(suite=args.suite, repeats=args.repeats, methods=names("--methods", args.methods) or list(BASE_METHODS),
+                         scenarios=names("--scenarios", args.scenarios))
+    except ValueError as exc:
+        raise CLIError(f"--{exc}") from None  # SuitePlan's messages start with the argument's name
+    out = args.out or os.path.join("runs", time.strftime(f"suite-{args.suite}-%Y%m%d-%H%M%S"))
+    _run(run_suite, plan, out)
+    with open(os.path.join(out, "suite_summary.md")) as f:
+        print(f.read())
+    print(f"per-scenario raw data, CSV and plots in {out}/<scenario>/")
     return 0
 
 

@@ -82,14 +82,20 @@ def _grid() -> list[Config]:
     return [Config.from_multiple(p, m) for p in GRID_PARTITIONS for m in GRID_CREDITS]
 
 
-def _run(spec: dict[str, Any], trace: str, out_dir: str, plan: BenchPlan, log: Any) -> list[dict[str, Any]]:
+def _run(spec: dict[str, Any], trace: Any, out_dir: str, plan: Any, log: Any) -> list[dict[str, Any]]:
+    """Run ``allreduce_ranks`` with ``spec`` on 2 testbed workers following ``trace``; its iterations.
+
+    ``trace`` is a ``--trace`` string or a :class:`~autobyte.testbed.BandwidthTrace`;
+    ``plan`` gives ``batch_size`` and ``timeout_s`` (a :class:`BenchPlan` or a suite's plan).
+    """
     from ..testbed import BandwidthTrace, Testbed
 
     os.makedirs(out_dir, exist_ok=True)
-    spec = dict(spec, batch_size=plan.batch_size)
+    spec = dict(spec, batch_size=spec.get("batch_size", plan.batch_size))
     cmd = [sys.executable, "-m", "autobyte.bench.allreduce_ranks", json.dumps(spec), out_dir]
+    bw = trace if isinstance(trace, BandwidthTrace) else BandwidthTrace.parse(trace)
     t0 = time.monotonic()
-    with open(os.path.join(out_dir, "launch.log"), "w") as f, Testbed(2, trace=BandwidthTrace.parse(trace)) as tb:
+    with open(os.path.join(out_dir, "launch.log"), "w") as f, Testbed(2, trace=bw) as tb:
         rc = tb.run(cmd, timeout_s=plan.timeout_s, events_log=os.path.join(out_dir, "events.jsonl"),
                     env={"PYTHONUNBUFFERED": "1"}, stdout=f)
     if rc != 0:
@@ -99,14 +105,46 @@ def _run(spec: dict[str, Any], trace: str, out_dir: str, plan: BenchPlan, log: A
         return [json.loads(line) for line in f]
 
 
-def _sweep(rate: float, plan: BenchPlan, out: str, log: Any) -> dict[Config, float]:
-    spec = {"method": "sweep", "configs": [[c.partition_bytes, c.credit_bytes] for c in _grid()],
-            "iters_per_config": plan.grid_iters, "warmup": plan.grid_warmup}
-    d = os.path.join(out, f"grid_{rate:g}mbit")
-    _run(spec, f"const:{rate:g}", d, plan, log)
+def _sweep_spec(configs: Sequence[Config], iters_per_config: int, warmup: int) -> dict[str, Any]:
+    return {"method": "sweep", "configs": [[c.partition_bytes, c.credit_bytes] for c in configs],
+            "iters_per_config": iters_per_config, "warmup": warmup}
+
+
+def _read_sweep(d: str) -> dict[Config, float]:
     with open(os.path.join(d, "sweep.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     return {Config(*r["config"]): r["samples_per_s"] for r in rows}
+
+
+def _sweep(rate: float, plan: BenchPlan, out: str, log: Any) -> dict[Config, float]:
+    d = os.path.join(out, f"grid_{rate:g}mbit")
+    _run(_sweep_spec(_grid(), plan.grid_iters, plan.grid_warmup), f"const:{rate:g}", d, plan, log)
+    return _read_sweep(d)
+
+
+def bo_result(decided: Sequence[dict[str, Any]]) -> tuple[Config, bool]:
+    """BO's config from its ``decisions.jsonl`` rows, and whether it froze (else its last probe, or the default)."""
+    froze = [d for d in decided if "frozen" in str(d.get("reason"))]  # the windows after it carry no reason
+    last = froze[-1] if froze else (decided[-1] if decided else None)
+    return (Config(*last["config"]) if last is not None else BYTESCHEDULER_DEFAULT), bool(froze)
+
+
+def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *, iters: int, window_iters: int) -> Config:
+    """Run ByteScheduler's BO tuner for ``iters`` iterations from the default config; the config it froze at.
+
+    BO freezes after its last step (``n_steps`` windows, plus the first,
+    discarded one); with fewer iterations the last decision is still a probe:
+    that is logged, and the probe is returned as it is.
+    """
+    start = [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]
+    # an offline search, meant to try bad configurations: the do-no-harm guard is off for it
+    _run(dict(extra, method="tuner", tuner="bo", config=start, iters=iters, window_iters=window_iters, guarded=False),
+         trace, d, plan, log)
+    with open(os.path.join(d, "decisions.jsonl")) as f:
+        decided = [json.loads(line) for line in f]
+    bo_config, frozen = bo_result(decided)
+    log(f"  BO {'froze' if frozen else 'did NOT finish its search; its last probe'} at {bo_config}")
+    return bo_config
 
 
 def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
@@ -130,13 +168,8 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
     bo_config = None
     if "bo" in plan.methods:
         log(f"BO search at {plan.high_mbit:g} Mbit/s ({plan.bo_iters} iterations)")
-        d = os.path.join(out, "bo_search")
-        _run({"method": "tuner", "tuner": "bo", "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes],
-              "iters": plan.bo_iters, "window_iters": plan.window_iters, "guarded": False}, f"const:{plan.high_mbit:g}", d, plan, log)
-        with open(os.path.join(d, "decisions.jsonl")) as f:
-            last = [json.loads(line) for line in f][-1]
-        bo_config = Config(*last["config"])
-        log(f"  BO froze at {bo_config}")
+        bo_config = _bo_search({}, f"const:{plan.high_mbit:g}", os.path.join(out, "bo_search"), plan, log,
+                               iters=plan.bo_iters, window_iters=plan.window_iters)
     specs: dict[str, dict[str, Any]] = {
         "ddp": {"method": "ddp"},
         "bytescheduler": {"method": "static", "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]},

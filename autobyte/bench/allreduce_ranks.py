@@ -10,11 +10,21 @@ worker (under ``autobyte launch`` / :func:`autobyte.testbed.launch`, or
   [partition, credit]], ...]``, the per-phase oracle), or ``"sweep"``
   (``configs``: measure each for ``iters_per_config`` after ``warmup``
   iterations; used for grid search and calibration).
-- ``iters``, ``batch_size``, ``width``/``hidden`` (model size), ``seed``.
+- ``iters``, ``batch_size``, ``width``/``hidden`` (CNN size), ``seed``.
+- ``model``: one of :data:`autobyte.bench.models.MODELS` (default ``"cnn"``,
+  sized by ``width``/``hidden``; the others at their default size).
+- ``slowdown``: ``[[first, end, rank, factor], ...]``: during iterations
+  ``first <= k < end`` rank ``rank`` computes ``factor`` times slower (a
+  sleep of ``(factor - 1)`` times its own compute time per iteration,
+  measured once before training on the unwrapped model), emulating a
+  straggler.
 
 Rank 0 writes ``OUT_DIR/iterations.jsonl`` (one line per iteration: index,
 seconds, samples/s, config in force), ``OUT_DIR/decisions.jsonl`` and, for
-sweeps, ``OUT_DIR/sweep.jsonl``. Iteration ``k`` starts with
+sweeps, ``OUT_DIR/sweep.jsonl``; every rank writes ``OUT_DIR/rank<R>.json``
+(its measured compute time per iteration, process CPU seconds, wall seconds
+of the training loop and, with a tuner, the tuner's own CPU seconds where the
+tuner counts them in ``cpu_s``). Iteration ``k`` starts with
 :func:`autobyte.testbed.notify_iteration` so a bandwidth trace switches
 exactly at its iteration boundaries.
 """
@@ -40,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..core import Config, make_tuner
     from ..integrations.torch import schedule
     from ..testbed import notify_iteration
-    from .models import make_cnn, synthetic_batches
+    from .models import make_cnn, make_model, model_batches
 
     torch.set_num_threads(int(spec.get("threads", 1)))
     if spec.get("debug_hang_s"):
@@ -50,9 +60,16 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     bs = int(spec.get("batch_size", 16))
-    data = synthetic_batches(8, bs, rank, seed=int(spec.get("seed", 0)))
-    model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
+    model_name = str(spec.get("model", "cnn"))
+    data = model_batches(model_name, 8, bs, rank, seed=int(spec.get("seed", 0)))
+    if model_name == "cnn":
+        model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
+    else:
+        model = make_model(model_name)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.functional.cross_entropy
+    slow = {(int(a), int(b)): float(f) for a, b, r, f in spec.get("slowdown", []) if int(r) == rank}
+    compute_s = _compute_time(model, data, loss_fn) if slow else 0.0
     method = spec["method"]
     decisions: list[dict[str, Any]] = []
     handle = None
@@ -66,6 +83,11 @@ def main(argv: list[str] | None = None) -> None:
         row["observed_speed"] = out.speed
         decisions.append(row)
 
+    tuner: Any = None
+    if method == "tuner":
+        from ..core.tuners import make_tuner
+
+        tuner = make_tuner(spec["tuner"])
     if method == "ddp":
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
     else:
@@ -92,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     switch = dict(sweep) if sweep else {k: Config(int(v[0]), int(v[1])) for k, v in phases.items()}
 
     rows: list[dict[str, Any]] = []
-    loss_fn = torch.nn.functional.cross_entropy
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     prev_start: float | None = None
     prev_cfg: Any = None
     for it in range(n_iters):
@@ -106,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
             rows.append({"iteration": it - 1, "seconds": t_before - prev_start, "config": prev_cfg})
         start_t = time.perf_counter()
         x, y = data[it % len(data)]
+        factor = next((f for (a, b), f in slow.items() if a <= it < b), 1.0)
+        if factor > 1.0:
+            time.sleep((factor - 1.0) * compute_s)
         opt.zero_grad()
         loss_fn(net(x), y).backward()
         opt.step()
@@ -116,8 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     dist.barrier()
     if prev_start is not None:
         rows.append({"iteration": n_iters - 1, "seconds": time.perf_counter() - prev_start, "config": prev_cfg})
+    meta = {"rank": rank, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
+            "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None)}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(meta, f)
     if rank == 0:
-        os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "iterations.jsonl"), "w") as f:
             for r in rows:
                 r["samples_per_s"] = bs * world / r["seconds"]
@@ -137,6 +166,18 @@ def main(argv: list[str] | None = None) -> None:
     if handle is not None:
         handle.close()
     dist.destroy_process_group()
+
+
+def _compute_time(model: Any, data: list[Any], loss_fn: Any, n: int = 5) -> float:
+    """Median seconds of one local forward + backward (no communication: the model is not wrapped yet)."""
+    times = []
+    for i in range(n + 1):
+        x, y = data[i % len(data)]
+        t0 = time.perf_counter()
+        loss_fn(model(x), y).backward()
+        times.append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    return sorted(times[1:])[n // 2]
 
 
 if __name__ == "__main__":

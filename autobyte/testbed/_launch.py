@@ -91,6 +91,15 @@ class _Proc:
     thread: threading.Thread | None = None
 
 
+@dataclass(frozen=True)
+class _FlowStop:
+    """The point where a competing flow with ``until`` leaves (its sender is stopped)."""
+
+    at: float
+    unit: str
+    flow: CompetingFlow
+
+
 class Testbed:
     """Real workers in their own network namespaces, joined by ``tc``-shaped links.
 
@@ -300,15 +309,17 @@ class _Runner:
         self.procs: list[_Proc] = []
         self.events_fh = open(events_log, "a", encoding="utf-8") if events_log else None
         trace = tb.trace
-        self.iter_events: list[RateChange | CompetingFlow] = []
-        self.time_events: list[RateChange | CompetingFlow] = []
+        self.iter_events: list[RateChange | CompetingFlow | _FlowStop] = []
+        self.time_events: list[RateChange | CompetingFlow | _FlowStop] = []
         if trace is not None:
-            for ev in [c for c in trace.changes if c.at > 0] + list(trace.flows):
+            stops = [_FlowStop(f.until, f.unit, f) for f in trace.flows if f.until is not None]
+            for ev in [c for c in trace.changes if c.at > 0] + list(trace.flows) + stops:
                 (self.iter_events if ev.unit == "it" else self.time_events).append(ev)
         self.iter_events.sort(key=lambda e: e.at)
         self.time_events.sort(key=lambda e: e.at)
         self.boundaries = trace.iteration_boundaries() if trace is not None else []
         self.n_flows = 0
+        self.flow_senders: dict[int, tuple[int, _Proc]] = {}  # id(flow) -> (index, its sender)
         self.last_iter = -1
         self.t0 = time.monotonic()
 
@@ -394,11 +405,27 @@ class _Runner:
                    py + ["serve", "--port", str(port), "--max-s", str(f.duration_s + 15.0), "--label", f"flow{i}"], {})
         self.spawn(f"flow{i}-tx", "flow", f.src,
                    py + ["send", "--host", self.tb.address(f.dst), "--port", str(port), "--duration-s", str(f.duration_s)], {})
+        self.flow_senders[id(f)] = (i, self.procs[-1])
         self.log(f"competing flow {i}: rank {f.src} -> rank {f.dst} for {f.duration_s:g} s")
         self.record(event="flow", index=i, src=f.src, dst=f.dst, duration_s=f.duration_s)
 
-    def fire(self, ev: RateChange | CompetingFlow) -> None:
-        if isinstance(ev, RateChange):
+    def stop_flow(self, stop: _FlowStop) -> None:
+        started = self.flow_senders.get(id(stop.flow))
+        if started is None:
+            return
+        i, proc = started
+        if proc.popen.poll() is None:
+            try:  # the receiver sees EOF and prints what it got
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.log(f"competing flow {i} leaves at {stop.at:g} {stop.unit}")
+        self.record(event="flow_end", index=i)
+
+    def fire(self, ev: RateChange | CompetingFlow | _FlowStop) -> None:
+        if isinstance(ev, _FlowStop):
+            self.stop_flow(ev)
+        elif isinstance(ev, RateChange):
             self.tb._apply(ev)
             who = "all ranks" if ev.ranks is None else f"ranks {list(ev.ranks)}"
             self.log(f"t={time.monotonic() - self.t0:.2f}s it={self.last_iter}: "

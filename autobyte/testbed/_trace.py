@@ -120,10 +120,13 @@ class CompetingFlow:
         src: rank whose namespace sends.
         dst: rank whose namespace receives (must differ from ``src``).
         unit: ``"it"`` or ``"s"`` (default ``"s"``).
+        until: stop it earlier, at this point (same ``unit`` as ``at``, after
+            ``at``); ``None`` (default) lets it run its ``duration_s``. With
+            ``unit="it"`` a flow joins and leaves at iteration boundaries.
 
     Raises:
         ValueError: bad ``at``/``unit``, non-positive or over-long duration,
-            negative ranks, or ``src == dst``.
+            negative ranks, ``src == dst``, or ``until`` not after ``at``.
     """
 
     at: float
@@ -131,6 +134,7 @@ class CompetingFlow:
     src: int
     dst: int
     unit: str = "s"
+    until: float | None = None
 
     def __post_init__(self) -> None:
         at, unit = _check_at("CompetingFlow", self.at, self.unit)
@@ -146,9 +150,17 @@ class CompetingFlow:
                 raise ValueError(f"{name} must be a rank >= 0, but got {name}={r!r}.")
         if self.src == self.dst:
             raise ValueError(f"src and dst must be different ranks, but got src={self.src}, dst={self.dst}.")
+        if self.until is not None:
+            until, _ = _check_at("CompetingFlow", self.until, unit)
+            if until <= at:
+                raise ValueError(f"until must be after at, but got at={at!r}, until={self.until!r}.")
+            object.__setattr__(self, "until", until)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "unit": self.unit, "duration_s": self.duration_s, "src": self.src, "dst": self.dst}
+        d: dict[str, Any] = {"at": self.at, "unit": self.unit, "duration_s": self.duration_s, "src": self.src, "dst": self.dst}
+        if self.until is not None:
+            d["until"] = self.until
+        return d
 
 
 @dataclass(frozen=True)
@@ -296,7 +308,7 @@ class BandwidthTrace:
         try:
             return cls(
                 tuple(RateChange(**_check_keys(c, "changes", ("at", "up_mbit", "down_mbit", "unit", "ranks"))) for c in changes),
-                tuple(CompetingFlow(**_check_keys(f, "flows", ("at", "duration_s", "src", "dst", "unit"))) for f in flows),
+                tuple(CompetingFlow(**_check_keys(f, "flows", ("at", "duration_s", "src", "dst", "unit", "until"))) for f in flows),
             )
         except TypeError as exc:
             raise ValueError(f"bad trace entry: {exc}") from exc
@@ -365,6 +377,7 @@ class BandwidthTrace:
         """Sorted iterations at which something happens (what ``notify_iteration`` must wait on)."""
         ats = {int(c.at) for c in self.changes if c.unit == "it" and c.at > 0}
         ats |= {int(f.at) for f in self.flows if f.unit == "it"}
+        ats |= {int(f.until) for f in self.flows if f.unit == "it" and f.until is not None}
         return sorted(ats)
 
     def check_ranks(self, n_workers: int) -> None:

@@ -1,0 +1,264 @@
+"""The benchmark suite's scenarios: a model trained under a trace of phases, each phase a condition.
+
+A :class:`Condition` is what the network and the workers do (link rates, an
+asymmetric upload, a competing TCP flow, a slowed-down worker); a
+:class:`Scenario` is a model, a batch size and a list of :class:`Phase` s,
+tagged ``tune`` or ``heldout``; a :class:`Suite` is a named list of scenarios
+with the grid and budgets they run with. :data:`SUITES` holds the named
+suites ``autobyte bench --suite`` runs (:mod:`autobyte.bench._suite`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..core import KiB, MiB, Config
+from ..core._checks import check_int
+
+#: Scenario tags: ``tune`` scenarios may be looked at while designing a tuner, ``heldout`` ones only judge it.
+TAGS = ("tune", "heldout")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What the network and the workers do during one phase.
+
+    Args:
+        mbit: rate of every link, both ways, in Mbit/s.
+        rank1_up_mbit: rank 1's upload when its link is asymmetric (``None``,
+            the default: symmetric); its download stays ``mbit``.
+        flow: a competing bulk TCP flow from rank 1 to rank 0 runs during the phase (default False).
+        slowdown: rank 1 computes this many times slower (1.0, the default: not slowed).
+
+    Raises:
+        ValueError: a rate not a positive number of Mbit/s, ``slowdown`` below 1.
+    """
+
+    mbit: float
+    rank1_up_mbit: float | None = None
+    flow: bool = False
+    slowdown: float = 1.0
+
+    def __post_init__(self) -> None:
+        from ..testbed._trace import check_mbit
+
+        object.__setattr__(self, "mbit", check_mbit("mbit", self.mbit))
+        if self.rank1_up_mbit is not None:
+            object.__setattr__(self, "rank1_up_mbit", check_mbit("rank1_up_mbit", self.rank1_up_mbit))
+        if not isinstance(self.flow, bool):
+            raise ValueError(f"flow must be True or False, but got flow={self.flow!r}.")
+        s = self.slowdown
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or not 1.0 <= s <= 10.0:
+            raise ValueError(f"slowdown must be a number in [1, 10], but got slowdown={s!r}.")
+        object.__setattr__(self, "slowdown", float(s))
+
+    @property
+    def key(self) -> str:
+        """A short, file-name-safe name, e.g. ``200mbit``, ``1000mbit-up1_250-flow-slow2``."""
+        k = f"{self.mbit:g}mbit"
+        if self.rank1_up_mbit is not None:
+            k += f"-up1_{self.rank1_up_mbit:g}"
+        if self.flow:
+            k += "-flow"
+        if self.slowdown != 1.0:
+            k += f"-slow{self.slowdown:g}"
+        return k
+
+    def rate_changes(self, at: int) -> list[Any]:
+        from ..testbed import RateChange
+
+        out = [RateChange(at, self.mbit)]
+        if self.rank1_up_mbit is not None:
+            out.append(RateChange(at, self.rank1_up_mbit, self.mbit, ranks=(1,)))
+        return out
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``iters`` iterations under ``condition``."""
+
+    iters: int
+    condition: Condition
+
+    def __post_init__(self) -> None:
+        check_int("iters", self.iters)
+        if not isinstance(self.condition, Condition):
+            raise ValueError(f"condition must be a Condition, but got condition={self.condition!r}.")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One real testbed scenario of a suite: a model trained under a trace of phases.
+
+    Args:
+        name: unique within a suite (letters, digits, ``-``, ``_``).
+        model: one of :data:`autobyte.bench.models.MODELS`.
+        phases: the trace, in order.
+        tag: ``"tune"`` (looked at while designing tuners) or ``"heldout"``
+            (judges them; reported separately).
+        batch_size: per worker.
+        about: one line for the docs and the table.
+
+    Raises:
+        ValueError: a bad name, model, tag, batch size, or no phases.
+    """
+
+    name: str
+    model: str
+    phases: tuple[Phase, ...]
+    tag: str = "tune"
+    batch_size: int = 16
+    about: str = ""
+
+    def __post_init__(self) -> None:
+        from .models import MODELS
+
+        if not isinstance(self.name, str) or not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
+            raise ValueError(f"name must be a non-empty string of letters, digits, '-' and '_', but got name={self.name!r}.")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, but got model={self.model!r}.")
+        if self.tag not in TAGS:
+            raise ValueError(f"tag must be one of {TAGS}, but got tag={self.tag!r}.")
+        check_int("batch_size", self.batch_size)
+        phases = tuple(self.phases)
+        if not phases or not all(isinstance(p, Phase) for p in phases):
+            raise ValueError(f"phases must be a non-empty list of Phase, but got phases={self.phases!r}.")
+        object.__setattr__(self, "phases", phases)
+
+    @property
+    def iters(self) -> int:
+        return sum(p.iters for p in self.phases)
+
+    def starts(self) -> list[int]:
+        """First iteration of each phase."""
+        out, k = [], 0
+        for p in self.phases:
+            out.append(k)
+            k += p.iters
+        return out
+
+    def conditions(self) -> list[Condition]:
+        """Distinct conditions, in order of first appearance."""
+        return list(dict.fromkeys(p.condition for p in self.phases))
+
+    def condition_at(self, it: int) -> Condition:
+        for start, p in zip(self.starts(), self.phases):
+            if start <= it < start + p.iters:
+                return p.condition
+        return self.phases[-1].condition
+
+    def trace(self) -> Any:
+        """The iteration-keyed :class:`~autobyte.testbed.BandwidthTrace` of the phases (rates and flows)."""
+        from ..testbed import BandwidthTrace, CompetingFlow
+
+        changes: list[Any] = []
+        flows: list[Any] = []
+        prev: Condition | None = None
+        joined: int | None = None  # first iteration of the current run of flow phases
+        for start, p in zip(self.starts(), self.phases):
+            c = p.condition
+            if prev is None or (c.mbit, c.rank1_up_mbit) != (prev.mbit, prev.rank1_up_mbit):
+                changes += c.rate_changes(start)
+            if c.flow and joined is None:
+                joined = start
+            elif not c.flow and joined is not None:
+                flows.append(CompetingFlow(joined, 3600.0, 1, 0, unit="it", until=start))
+                joined = None
+            prev = c
+        if joined is not None:  # runs to the end: stopped with the run
+            flows.append(CompetingFlow(joined, 3600.0, 1, 0, unit="it"))
+        return BandwidthTrace(tuple(changes), tuple(flows))
+
+    def slowdown(self) -> list[list[Any]]:
+        """The rank script's ``slowdown`` spec: ``[[first, end, rank, factor], ...]``."""
+        return [[s, s + p.iters, 1, p.condition.slowdown] for s, p in zip(self.starts(), self.phases) if p.condition.slowdown > 1.0]
+
+
+def condition_trace(c: Condition) -> Any:
+    """A trace that holds condition ``c`` for a whole run (what a grid is measured on)."""
+    from ..testbed import BandwidthTrace, CompetingFlow
+
+    flows = (CompetingFlow(0, 3600.0, 1, 0, unit="it"),) if c.flow else ()
+    return BandwidthTrace(tuple(c.rate_changes(0)), flows)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named list of scenarios with the grid and search budget they are run with."""
+
+    name: str
+    scenarios: tuple[Scenario, ...]
+    partitions: tuple[int, ...] = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+    credits: tuple[int, ...] = (1, 2, 4)
+    grid_iters: int = 6
+    grid_warmup: int = 2
+    bo_iters: int = 200  # BO's 15 steps + 1 discarded window, each window_iters + 2 warm-up: 192
+    window_iters: int = 10
+    repeats: int = 2
+    about: str = ""
+
+    def grid(self) -> list[Config]:
+        return [Config.from_multiple(p, m) for p in self.partitions for m in self.credits]
+
+
+def _walk(levels: Sequence[Condition], n: int, iters: int, seed: int) -> tuple[Phase, ...]:
+    """``n`` phases of ``iters`` iterations, each a seeded random pick among ``levels`` other than the previous one."""
+    import random
+
+    rng = random.Random(seed)
+    out: list[Phase] = []
+    prev = None
+    for _ in range(n):
+        c = rng.choice([lv for lv in levels if lv != prev])
+        out.append(Phase(iters, c))
+        prev = c
+    return tuple(out)
+
+
+def _suites() -> dict[str, Suite]:
+    fast, slow = Condition(2000), Condition(200)
+    mid = Condition(1000)
+    full = (
+        Scenario("cnn-step", "cnn", tuple(Phase(25, c) for c in (fast, slow) * 4), "tune", 16,
+                 "CNN (3.4M params, bytes in one FC layer); two-rate step 2000/200 Mbit/s every 25 iterations"),
+        Scenario("transformer-3rate", "transformer",
+                 tuple(Phase(30, Condition(r)) for r in (3000, 800, 300) * 2), "tune", 32,
+                 "transformer, 16 MiB embedding; three-rate step 3000/800/300 Mbit/s every 30 iterations"),
+        Scenario("mlp-flow", "mlp",
+                 (Phase(30, mid), Phase(40, Condition(1000, flow=True)), Phase(30, mid), Phase(40, Condition(1000, flow=True))),
+                 "tune", 64,
+                 "MLP, two Linear layers of 24 and 16 MiB; 1000 Mbit/s, a competing TCP flow 1->0 joins for 40 iterations, twice"),
+        Scenario("cnn-straggler", "cnn",
+                 tuple(Phase(n, Condition(800, slowdown=s)) for n, s in ((20, 1.0), (50, 2.0), (20, 1.0), (50, 2.0))), "tune", 16,
+                 "CNN at 800 Mbit/s; rank 1 computes 2x slower for 50 iterations, twice"),
+        # held out: chosen before any result was looked at; do not tune anything on them
+        Scenario("heldout-transformer-asym", "transformer",
+                 tuple(Phase(15, c) for c in (Condition(2000), Condition(2000, rank1_up_mbit=250)) * 5), "heldout", 32,
+                 "transformer; rank 1's upload drops to 250 Mbit/s (download stays 2000) every other 15 iterations"),
+        Scenario("heldout-mlp-walk", "mlp",
+                 _walk([Condition(300), Condition(1200), Condition(4000), Condition(1200, slowdown=1.5)], 5, 35, seed=12),
+                 "heldout", 64,
+                 "MLP; seeded random walk over 300/1200/4000 Mbit/s and 1200 Mbit/s with rank 1 1.5x slower, 35 iterations each"),
+    )
+    quick = (
+        Scenario("quick-cnn-step", "cnn", tuple(Phase(15, c) for c in (fast, slow) * 2), "tune", 16,
+                 "CNN; two-rate step 2000/200 Mbit/s every 15 iterations"),
+        Scenario("quick-mlp-flow", "mlp", (Phase(15, mid), Phase(20, Condition(1000, flow=True)), Phase(15, mid)), "heldout", 64,
+                 "MLP at 1000 Mbit/s; a competing TCP flow 1->0 for the middle 20 iterations"),
+    )
+    smoke = (
+        Scenario("smoke", "cnn", (Phase(4, Condition(2000)), Phase(4, Condition(300))), "tune", 8,
+                 "CNN; 4 iterations at 2000 Mbit/s, then 4 at 300 Mbit/s"),
+    )
+    return {
+        "full": Suite("full", full, repeats=2, about="6 scenarios (4 tune, 2 held out), the 15-config grid, BO 200 iterations"),
+        "quick": Suite("quick", quick, partitions=(256 * KiB, 4 * MiB), credits=(1, 4), grid_iters=6, grid_warmup=2,
+                       bo_iters=120, window_iters=5, repeats=2, about="2 short scenarios, 4-config grid, a few minutes"),
+        "smoke": Suite("smoke", smoke, partitions=(256 * KiB, 4 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
+                       bo_iters=6, window_iters=3, repeats=1, about="one 8-iteration scenario: the test suite's real run"),
+    }
+
+
+SUITES: dict[str, Suite] = _suites()

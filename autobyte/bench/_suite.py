@@ -1,0 +1,490 @@
+"""``autobyte bench --suite NAME``: named lists of real testbed scenarios, every method side by side.
+
+A scenario (:mod:`autobyte.bench._scenarios`) is a model plus a trace of
+phases; each phase has a condition (link rates, a competing TCP flow or not,
+one worker's compute slowed down or not). The suite runner (:func:`run_suite`)
+reuses ``autobyte bench``'s mechanism (:func:`autobyte.bench._real._run`):
+
+1. a grid of configs is measured once per distinct (model, batch, condition),
+   on a trace that holds that condition for the whole run;
+2. from the grids: the per-phase **oracle** (each phase switches to its
+   condition's best config) and the **best static config in hindsight** (the
+   one grid config minimising the predicted time of the whole trace:
+   ``sum(phase iters / grid speed at the phase's condition)``), which is then
+   run for real like every other method; BO searches at the first phase's
+   condition and is then run frozen;
+3. every method runs the scenario's trace, in rounds, the order rotated per
+   repeat, so the machine's noise hits all methods alike.
+
+Outputs (``--out``): per scenario a folder with every run's raw
+``iterations.jsonl``/``decisions.jsonl``, ``iterations.csv`` and
+``throughput.png``; for the suite ``suite_summary.md`` / ``.json`` (median and
+spread over repeats, ratios, geometric means for ``tune`` and ``heldout``
+scenarios separately, the do-no-harm figure, tuner CPU). See
+``docs/benchmarks.md`` (Benchmark suite).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..core import BYTESCHEDULER_DEFAULT, Config
+from ..core._checks import check_int
+from ._scenarios import SUITES, TAGS, Condition, Scenario, Suite, condition_trace
+
+#: Methods every suite knows; any registered tuner also runs as ``tuner:NAME``.
+BASE_METHODS = ("ddp", "bytescheduler", "bo", "hindsight", "oracle", "autobyte")
+
+
+#: The span of the do-no-harm figure, in iterations.
+HARM_SPAN = 50
+
+#: Samples per iteration are ``batch_size * N_WORKERS``.
+N_WORKERS = 2
+
+
+def _positive_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, but got {name}={value!r}.")
+    return float(value)
+
+
+def check_method(name: str) -> str:
+    """A suite method: one of :data:`BASE_METHODS` or ``tuner:NAME`` of a registered tuner."""
+    from ..core.tuners import tuner_names
+
+    if name in BASE_METHODS:
+        return name
+    kind, sep, tuner = name.partition(":") if isinstance(name, str) else ("", "", "")
+    if kind == "tuner" and sep and tuner in tuner_names():
+        return name
+    raise ValueError(f"methods must each be one of {', '.join(BASE_METHODS)} or tuner:NAME with NAME one of "
+                     f"{', '.join(tuner_names())}, but got {name!r}.")
+
+
+def is_tuner(method: str) -> bool:
+    """Methods that change the config while running (the ones the do-no-harm figure is for)."""
+    return method == "autobyte" or method.startswith("tuner:")
+
+
+@dataclass
+class SuitePlan:
+    """What one ``autobyte bench --suite`` run does.
+
+    Args:
+        suite: a name of :data:`SUITES`.
+        repeats: rounds of every method (default: the suite's).
+        methods: subset of :data:`BASE_METHODS` and ``tuner:NAME`` (default: all base methods).
+        scenarios: subset of the suite's scenario names (default: all).
+
+    Raises:
+        ValueError: an unknown suite, method or scenario; repeats not a positive integer.
+    """
+
+    suite: str = "quick"
+    repeats: int | None = None
+    methods: Sequence[str] = BASE_METHODS
+    scenarios: Sequence[str] | None = None
+    timeout_s: float = 1800.0
+    batch_size: int = 16  # only for _run's signature; each scenario sets its own
+    chosen: Suite = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise ValueError(f"suite must be one of {', '.join(SUITES)}, but got suite={self.suite!r}.")
+        s = SUITES[self.suite]
+        if self.repeats is None:
+            self.repeats = s.repeats
+        check_int("repeats", self.repeats)
+        if isinstance(self.methods, str) or not self.methods:
+            raise ValueError(f"methods must be a non-empty list of methods, but got methods={self.methods!r}.")
+        self.methods = list(dict.fromkeys(check_method(m) for m in self.methods))
+        names = [sc.name for sc in s.scenarios]
+        if self.scenarios is None:
+            self.scenarios = names
+        if isinstance(self.scenarios, str) or not self.scenarios:
+            raise ValueError(f"scenarios must be a non-empty list of scenario names, but got scenarios={self.scenarios!r}.")
+        unknown = [n for n in self.scenarios if n not in names]
+        if unknown:
+            raise ValueError(f"scenarios must be names of suite {self.suite!r} ({', '.join(names)}), but got {unknown[0]!r}.")
+        self.scenarios = list(dict.fromkeys(self.scenarios))
+        _positive_number("timeout_s", self.timeout_s)
+        self.chosen = s
+
+    def selected(self) -> list[Scenario]:
+        assert self.scenarios is not None
+        return [sc for sc in self.chosen.scenarios if sc.name in self.scenarios]
+
+    def order(self, repeat: int) -> list[str]:
+        """Methods of round ``repeat``: the list rotated by ``repeat`` so no method always runs first."""
+        k = repeat % len(self.methods)
+        return list(self.methods[k:]) + list(self.methods[:k])
+
+
+# -- the maths (pure, tested on synthetic numbers) ---------------------------------------------------
+
+def predicted_seconds(sc: Scenario, grids: Mapping[Condition, Mapping[Config, float]], config: Config) -> float:
+    """Seconds the whole trace takes at static ``config``, from the grids' samples/s per condition."""
+    per_iter = sc.batch_size * N_WORKERS
+    return sum(p.iters * per_iter / grids[p.condition][config] for p in sc.phases)
+
+
+def best_static_in_hindsight(sc: Scenario, grids: Mapping[Condition, Mapping[Config, float]]) -> Config:
+    """The one grid config with the least predicted time over the whole trace.
+
+    Raises:
+        ValueError: a condition has no grid, or the grids do not share a config.
+    """
+    conds = sc.conditions()
+    missing = [c.key for c in conds if c not in grids]
+    if missing:
+        raise ValueError(f"grids must cover every condition of scenario {sc.name!r}, but {missing[0]!r} has none.")
+    common = set.intersection(*(set(grids[c]) for c in conds))
+    if not common:
+        raise ValueError(f"the grids of scenario {sc.name!r} must share at least one config, but they share none.")
+    return min(sorted(common, key=lambda c: (c.partition_bytes, c.credit_bytes)), key=lambda c: predicted_seconds(sc, grids, c))
+
+
+def oracle_phases(sc: Scenario, grids: Mapping[Condition, Mapping[Config, float]]) -> list[list[Any]]:
+    """The ``phases`` spec of the per-phase oracle: each phase at its condition's fastest grid config."""
+    out = []
+    for start, p in zip(sc.starts(), sc.phases):
+        g = grids[p.condition]
+        best = max(sorted(g, key=lambda c: (c.partition_bytes, c.credit_bytes)), key=g.__getitem__)
+        out.append([start, [best.partition_bytes, best.credit_bytes]])
+    return out
+
+
+def worst_span_ratio(tuned_s: Sequence[float], start_s: Sequence[float], span: int = HARM_SPAN) -> tuple[float, int]:
+    """Do-no-harm: the largest ``sum(tuned[i:i+span]) / sum(start[i:i+span])`` over aligned spans, and its first ``i``.
+
+    Iteration ``i`` of both runs is under the same trace condition (traces
+    are iteration-keyed), so the ratio compares like with like. Runs shorter
+    than ``span`` compare their whole common length.
+
+    Raises:
+        ValueError: empty runs or a non-positive span.
+    """
+    n = min(len(tuned_s), len(start_s))
+    if n == 0 or isinstance(span, bool) or not isinstance(span, int) or span < 1:
+        raise ValueError(f"runs must be non-empty and span a positive integer, but got {n} iterations, span={span!r}.")
+    w = min(span, n)
+    a, b = sum(tuned_s[:w]), sum(start_s[:w])
+    worst, at = a / b, 0
+    for i in range(1, n - w + 1):
+        a += tuned_s[i + w - 1] - tuned_s[i - 1]
+        b += start_s[i + w - 1] - start_s[i - 1]
+        if a / b > worst:
+            worst, at = a / b, i
+    return worst, at
+
+
+def throughput(its: Sequence[Mapping[str, Any]], batch_size: int) -> float:
+    """Samples/s of a run: all samples over all seconds."""
+    secs = sum(float(r["seconds"]) for r in its)
+    return batch_size * N_WORKERS * len(its) / secs if secs > 0 else 0.0
+
+
+def geomean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+#: Reference methods of the ratio columns, in table order.
+REFS = ("hindsight", "oracle", "bytescheduler", "bo", "ddp")
+
+
+def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+                       meta: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
+    """Per method: samples/s per repeat, median, spread; ratios of medians to :data:`REFS`; do-no-harm; tuner CPU.
+
+    ``runs[method][repeat]`` is that run's iterations; ``meta[method][repeat]``
+    its rank 0 ``rank0.json`` (for the tuner's CPU share).
+    """
+    rows: dict[str, Any] = {}
+    for m, reps in runs.items():
+        tp = [throughput(its, sc.batch_size) for its in reps]
+        rows[m] = {"samples_per_s": tp, "median": statistics.median(tp), "min": min(tp), "max": max(tp)}
+    for m, row in rows.items():
+        row["vs"] = {ref: row["median"] / rows[ref]["median"] for ref in REFS if ref in rows and rows[ref]["median"] > 0}
+        if is_tuner(m) and "bytescheduler" in runs:
+            worst = []
+            for r, its in enumerate(runs[m]):
+                base = runs["bytescheduler"][min(r, len(runs["bytescheduler"]) - 1)]
+                ratio, at = worst_span_ratio([x["seconds"] for x in its], [x["seconds"] for x in base])
+                worst.append({"ratio": ratio, "first_iteration": its[at]["iteration"] if its else at})
+            row["worst_span"] = {"span": HARM_SPAN, "per_repeat": worst,
+                                 "median": statistics.median(w["ratio"] for w in worst), "max": max(w["ratio"] for w in worst)}
+        shares = [mt["tuner_cpu_s"] / mt["wall_s"] for mt in (meta or {}).get(m, [])
+                  if mt and mt.get("tuner_cpu_s") is not None and mt.get("wall_s")]
+        if shares:
+            row["tuner_cpu_share"] = statistics.median(shares)
+    return {"name": sc.name, "tag": sc.tag, "model": sc.model, "batch_size": sc.batch_size, "iters": sc.iters,
+            "about": sc.about, "phases": [[p.iters, p.condition.key] for p in sc.phases], "methods": rows}
+
+
+def summarize_suite(plan_name: str, repeats: int, scenarios: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The suite's summary: per scenario rows, then geometric means of the ratios per tag."""
+    gm: dict[str, Any] = {}
+    for tag in TAGS:
+        mine = [s for s in scenarios if s["tag"] == tag]
+        if not mine:
+            continue
+        methods = list(dict.fromkeys(m for s in mine for m in s["methods"]))
+        gm[tag] = {"n_scenarios": len(mine), "methods": {
+            m: {ref: geomean([s["methods"][m]["vs"][ref] for s in mine if m in s["methods"] and ref in s["methods"][m]["vs"]])
+                for ref in REFS}
+            for m in methods}}
+    return {"suite": plan_name, "repeats": repeats, "workers": N_WORKERS, "scenarios": list(scenarios), "geomean": gm}
+
+
+def _ratio(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
+def _harm(ws: Mapping[str, Any] | None) -> str:
+    """The do-no-harm cell: median over repeats of each repeat's worst span, and the worst repeat."""
+    return "" if ws is None else f"{ws['median']:.3f} (max {ws['max']:.3f})"
+
+
+def _cfg(pair: Sequence[int]) -> str:
+    p, c = int(pair[0]), int(pair[1])
+    return f"<{p / MIB_F:g} MiB, {c / p:.3g}X>"
+
+
+MIB_F = 1024.0 * 1024.0
+
+
+def _configs_line(s: Mapping[str, Any]) -> str:
+    """One line: what hindsight, the oracle and BO ran, and how close the grids' prediction for hindsight came."""
+    cfgs = s["configs"]
+    parts = []
+    if "hindsight" in cfgs:
+        pred = s.get("hindsight_predicted_samples_per_s")
+        meas = s["methods"].get("hindsight", {}).get("median")
+        parts.append(f"hindsight {_cfg(cfgs['hindsight'])}"
+                     + (f" (grids predicted {pred:.1f} samples/s{'' if meas is None else f', measured {meas:.1f}'})" if pred else ""))
+    if "oracle_phases" in cfgs:
+        parts.append("oracle " + ", ".join(f"it {start}: {_cfg(c)}" for start, c in cfgs["oracle_phases"]))
+    if "bo" in cfgs:
+        parts.append(f"BO {_cfg(cfgs['bo'])}")
+    return f"- {s['name']}: " + "; ".join(parts)
+
+
+def table_md(summary: Mapping[str, Any]) -> str:
+    """``suite_summary.md``: one table per tag, then the geometric means."""
+    lines = [f"Suite `{summary['suite']}`: {summary['workers']} workers in network namespaces, real training, "
+             f"median of {summary['repeats']} repeat(s), spread = min-max over repeats; ratios are of medians. "
+             f"Worst {HARM_SPAN}-it = the slowest {HARM_SPAN}-iteration span of a tuner's run over the same span of the "
+             "ByteScheduler-default run of the same round (median over repeats, and the worst repeat; > 1.03 breaks "
+             "the 3% guard).", ""]
+    head = ("| scenario | method | samples/s | spread | vs hindsight | vs oracle | vs BS default | vs BO | vs DDP | "
+            f"worst {HARM_SPAN}-it vs start (max) | tuner CPU |")
+    for tag in TAGS:
+        mine = [s for s in summary["scenarios"] if s["tag"] == tag]
+        if not mine:
+            continue
+        lines += [f"### {'Tuning' if tag == 'tune' else 'Held-out'} scenarios (`{tag}`)", "", head, "|" + "---|" * 2 + "---:|" * 9]
+        for s in mine:
+            for m, r in s["methods"].items():
+                ws = r.get("worst_span")
+                cpu = r.get("tuner_cpu_share")
+                lines.append(f"| {s['name']} | {m} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | "
+                             + " | ".join(_ratio(r["vs"].get(ref)) for ref in REFS)
+                             + f" | {_harm(ws)} | {'' if cpu is None else f'{100 * cpu:.2f}%'} |")
+        notes = [_configs_line(s) for s in mine if s.get("configs")]
+        if notes:
+            lines += ["", "Configs run:", ""] + notes
+        g = summary["geomean"].get(tag)
+        if g:
+            lines += ["", f"Geometric mean over the {g['n_scenarios']} `{tag}` scenario(s):", "",
+                      "| method | vs hindsight | vs oracle | vs BS default | vs BO | vs DDP |", "|---|" + "---:|" * 5]
+            for m, v in g["methods"].items():
+                lines.append(f"| {m} | " + " | ".join(_ratio(v[ref]) for ref in REFS) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_suite(summary: Mapping[str, Any], out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "suite_summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out, "suite_summary.md"), "w") as f:
+        f.write(table_md(summary))
+
+
+# -- running --------------------------------------------------------------------------------------
+
+def _specs(sc: Scenario, suite: Suite, grids: Mapping[Condition, Mapping[Config, float]] | None,
+           bo_config: Config | None) -> dict[str, dict[str, Any]]:
+    start = [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]
+    specs: dict[str, dict[str, Any]] = {
+        "ddp": {"method": "ddp"},
+        "bytescheduler": {"method": "static", "config": start},
+        "autobyte": {"method": "tuner", "tuner": "autobyte", "window_iters": suite.window_iters, "config": start},
+    }
+    if bo_config is not None:
+        specs["bo"] = {"method": "static", "config": [bo_config.partition_bytes, bo_config.credit_bytes]}
+    if grids is not None:
+        h = best_static_in_hindsight(sc, grids)
+        specs["hindsight"] = {"method": "static", "config": [h.partition_bytes, h.credit_bytes]}
+        specs["oracle"] = {"method": "phases", "phases": oracle_phases(sc, grids)}
+    return specs
+
+
+def _spec_for(method: str, specs: Mapping[str, dict[str, Any]], suite: Suite) -> dict[str, Any]:
+    if method.startswith("tuner:"):
+        return {"method": "tuner", "tuner": method.split(":", 1)[1], "window_iters": suite.window_iters,
+                "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]}
+    return specs[method]
+
+
+def _dirname(method: str) -> str:
+    return method.replace(":", "-")
+
+
+def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
+    """Run every selected scenario of ``plan``'s suite; write per-scenario outputs and the suite table."""
+    from ..testbed._netns import require_root
+    from ._real import _bo_search, _read_sweep, _run, _sweep_spec
+
+    require_root()
+    os.makedirs(out, exist_ok=True)
+    suite = plan.chosen
+    assert plan.repeats is not None
+    grid = suite.grid()
+    log(f"autobyte bench --suite {suite.name}: {len(plan.selected())} scenario(s), {plan.repeats} repeat(s), "
+        f"methods {', '.join(plan.methods)}")
+    cache: dict[tuple[str, int, Condition], dict[Config, float]] = {}
+    summaries = []
+    for sc in plan.selected():
+        log(f"scenario {sc.name} [{sc.tag}]: {sc.about} ({sc.iters} iterations)")
+        d_sc = os.path.join(out, sc.name)
+        base = {"model": sc.model, "batch_size": sc.batch_size}
+        grids: dict[Condition, dict[Config, float]] | None = None
+        if {"hindsight", "oracle"} & set(plan.methods):
+            grids = {}
+            for c in sc.conditions():
+                key = (sc.model, sc.batch_size, c)
+                if key not in cache:
+                    log(f" grid at {c.key} ({len(grid)} configs)")
+                    d = os.path.join(out, "grids", f"{sc.model}-bs{sc.batch_size}-{c.key}")
+                    slow = [[0, 10**9, 1, c.slowdown]] if c.slowdown > 1.0 else []
+                    _run(dict(_sweep_spec(grid, suite.grid_iters, suite.grid_warmup), slowdown=slow, **base),
+                         condition_trace(c), d, plan, log)
+                    cache[key] = _read_sweep(d)
+                grids[c] = cache[key]
+        bo_config = None
+        if "bo" in plan.methods:
+            c0 = sc.phases[0].condition
+            log(f" BO search at {c0.key} ({suite.bo_iters} iterations)")
+            slow = [[0, 10**9, 1, c0.slowdown]] if c0.slowdown > 1.0 else []
+            bo_config = _bo_search(dict(base, slowdown=slow), condition_trace(c0), os.path.join(d_sc, "bo_search"), plan, log,
+                                   iters=suite.bo_iters, window_iters=suite.window_iters)
+        specs = _specs(sc, suite, grids, bo_config)
+        if "hindsight" in specs:
+            log(f" best static in hindsight: {specs['hindsight']['config']}; oracle phases: {specs['oracle']['phases']}")
+        runs: dict[str, list[list[dict[str, Any]]]] = {m: [] for m in plan.methods}
+        decisions: dict[str, list[list[dict[str, Any]]]] = {m: [] for m in plan.methods}
+        meta: dict[str, list[dict[str, Any]]] = {m: [] for m in plan.methods}
+        trace = sc.trace()
+        for r in range(plan.repeats):
+            for m in plan.order(r):
+                d = os.path.join(d_sc, f"r{r}_{_dirname(m)}")
+                spec = dict(_spec_for(m, specs, suite), iters=sc.iters, slowdown=sc.slowdown(), **base)
+                runs[m].append(_run(spec, trace, d, plan, log))
+                with open(os.path.join(d, "decisions.jsonl")) as f:
+                    decisions[m].append([json.loads(line) for line in f])
+                try:
+                    with open(os.path.join(d, "rank0.json")) as f:
+                        meta[m].append(json.load(f))
+                except OSError:
+                    meta[m].append({})
+        s = summarize_scenario(sc, runs, meta)
+        s["configs"] = {"bytescheduler": list(specs["bytescheduler"]["config"])}
+        for k in ("hindsight", "bo"):
+            if k in specs:
+                s["configs"][k] = list(specs[k]["config"])
+        if "oracle" in specs:
+            s["configs"]["oracle_phases"] = specs["oracle"]["phases"]
+        if grids is not None:
+            s["grids"] = {c.key: {f"{k.partition_bytes},{k.credit_bytes}": v for k, v in g.items()} for c, g in grids.items()}
+            h = Config(*specs["hindsight"]["config"])
+            s["hindsight_predicted_samples_per_s"] = sc.batch_size * N_WORKERS * sc.iters / predicted_seconds(sc, grids, h)
+        write_scenario(sc, runs, decisions, s, d_sc)
+        summaries.append(s)
+        write_suite(summarize_suite(suite.name, plan.repeats, summaries), out)  # a partial table survives an interrupted suite
+    summary = summarize_suite(suite.name, plan.repeats, summaries)
+    write_suite(summary, out)
+    return summary
+
+
+def write_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+                   decisions: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], summary: Mapping[str, Any], out: str) -> None:
+    """``iterations.csv``, ``decisions.jsonl``, ``summary.json`` and ``throughput.png`` of one scenario."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "iterations.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"])
+        for m, reps in runs.items():
+            for r, its in enumerate(reps):
+                for row in its:
+                    cfg = row.get("config") or ["", ""]
+                    w.writerow([m, r, row["iteration"], sc.condition_at(row["iteration"]).key, f"{row['seconds']:.6f}",
+                                f"{row['samples_per_s']:.3f}", cfg[0], cfg[1]])
+    with open(os.path.join(out, "decisions.jsonl"), "w") as f:
+        for m, reps in decisions.items():
+            for r, ds in enumerate(reps):
+                for d in ds:
+                    f.write(json.dumps({"method": m, "repeat": r, **d}) + "\n")
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    try:
+        plot_scenario(sc, runs, decisions, os.path.join(out, "throughput.png"))
+    except ImportError:
+        pass
+
+
+def plot_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+                  decisions: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], path: str, avg: int = 5) -> None:
+    """Throughput over iterations of each method's first repeat; phases shaded by condition; tuners' changes dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    conds = sc.conditions()
+    shades = [str(0.97 - 0.1 * (i % 5)) for i in range(len(conds))]
+    for start, p in zip(sc.starts(), sc.phases):
+        ax.axvspan(start, start + p.iters, color=shades[conds.index(p.condition)], lw=0)
+        ax.text(start + 0.5, 0.98, p.condition.key, transform=ax.get_xaxis_transform(), fontsize=6, va="top")
+    for m, reps in runs.items():
+        if not reps:
+            continue
+        its = reps[0]
+        xs, ys = [], []
+        for i in range(0, len(its), avg):
+            seg = its[i:i + avg]
+            xs.append(seg[0]["iteration"] + len(seg) / 2)
+            ys.append(throughput(seg, sc.batch_size))
+        line, = ax.plot(xs, ys, label=m, lw=1.4)
+        if is_tuner(m) and decisions.get(m):
+            prev = None
+            for dec in decisions[m][0]:
+                if dec.get("reason") and dec["config"] != prev:
+                    ax.axvline(dec["iteration"], color=line.get_color(), ls=":", lw=0.8)
+                prev = dec["config"]
+    ax.set_xlabel("iteration (shade: phase condition)")
+    ax.set_ylabel(f"samples/s ({avg}-iteration average)")
+    ax.set_title(f"{sc.name} [{sc.tag}], repeat 0 (dotted: tuner reconfigurations)", fontsize=9)
+    ax.legend(ncol=3, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,308 @@
+"""``autobyte bench --suite``: scenario and plan validation, the hindsight/oracle/do-no-harm maths, the table, a real run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario
+from autobyte.bench._suite import (
+    BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
+    summarize_scenario, summarize_suite, table_md, throughput, worst_span_ratio, write_suite,
+)
+from autobyte.cli import main
+from autobyte.core import Config
+from autobyte.testbed import BandwidthTrace, CompetingFlow
+
+HAVE_ROOT_AND_IP = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+
+A, B, C = Config(256 * 1024, 1024 * 1024), Config(4 << 20, 16 << 20), Config(1 << 20, 2 << 20)
+FAST, SLOW = Condition(2000), Condition(200)
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, match", [
+    ({"mbit": 0}, "mbit must be a positive number of Mbit/s, but got mbit=0"),
+    ({"mbit": 100, "rank1_up_mbit": -1}, "rank1_up_mbit must be a positive number of Mbit/s, but got rank1_up_mbit=-1"),
+    ({"mbit": 100, "flow": "yes"}, "flow must be True or False, but got flow='yes'"),
+    ({"mbit": 100, "slowdown": 0.5}, r"slowdown must be a number in \[1, 10\], but got slowdown=0.5"),
+    ({"mbit": 100, "slowdown": float("nan")}, r"slowdown must be a number in \[1, 10\]"),
+])
+def test_condition_rejects_bad_values(kw, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        Condition(**kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"name": "a b"}, "name must be a non-empty string of letters, digits, '-' and '_', but got name='a b'"),
+    ({"model": "resnet"}, r"model must be one of \('cnn', 'transformer', 'mlp'\), but got model='resnet'"),
+    ({"tag": "test"}, r"tag must be one of \('tune', 'heldout'\), but got tag='test'"),
+    ({"batch_size": 0}, "batch_size must be a positive integer, but got batch_size=0"),
+    ({"phases": ()}, r"phases must be a non-empty list of Phase, but got phases=\(\)"),
+])
+def test_scenario_rejects_bad_values(kw, match):
+    args = {"name": "s", "model": "cnn", "phases": (Phase(5, FAST),), **kw}
+    with pytest.raises(ValueError, match=match):
+        Scenario(**args)
+
+
+def test_phase_rejects_bad_values():
+    with pytest.raises(ValueError, match="iters must be a positive integer, but got iters=0"):
+        Phase(0, FAST)
+    with pytest.raises(ValueError, match="condition must be a Condition, but got condition=200"):
+        Phase(5, 200)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"suite": "nightly"}, "suite must be one of full, quick, smoke, but got suite='nightly'"),
+    ({"repeats": 0}, "repeats must be a positive integer, but got repeats=0"),
+    ({"methods": ["ddp", "magic"]}, "methods must each be one of ddp, bytescheduler, bo, hindsight, oracle, autobyte or "
+                                    "tuner:NAME with NAME one of .*, but got 'magic'"),
+    ({"methods": ["tuner:nosuch"]}, "but got 'tuner:nosuch'"),
+    ({"methods": []}, r"methods must be a non-empty list of methods, but got methods=\[\]"),
+    ({"scenarios": ["cnn-step"]}, r"scenarios must be names of suite 'quick' \(quick-cnn-step, quick-mlp-flow\), but got 'cnn-step'"),
+    ({"timeout_s": 0}, "timeout_s must be a positive number, but got timeout_s=0"),
+])
+def test_suite_plan_rejects_bad_values(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SuitePlan(**{"suite": "quick", **kw})
+
+
+def test_every_registered_tuner_is_a_method():
+    from autobyte.core.tuners import tuner_names
+
+    for name in tuner_names():
+        assert check_method(f"tuner:{name}") == f"tuner:{name}"
+    plan = SuitePlan("quick", methods=["ddp", "tuner:grid", "ddp"])
+    assert plan.methods == ["ddp", "tuner:grid"] and plan.repeats == SUITES["quick"].repeats
+
+
+def test_rounds_rotate_the_method_order():
+    plan = SuitePlan("quick", methods=["ddp", "bytescheduler", "oracle"])
+    assert [plan.order(r) for r in range(4)] == [
+        ["ddp", "bytescheduler", "oracle"], ["bytescheduler", "oracle", "ddp"], ["oracle", "ddp", "bytescheduler"],
+        ["ddp", "bytescheduler", "oracle"]]
+
+
+# -- the suites as the issue asks for them ------------------------------------------------------
+
+def test_full_suite_covers_the_asked_scenario_kinds():
+    full = SUITES["full"]
+    scs = full.scenarios
+    assert len(scs) >= 6 and len({s.name for s in scs}) == len(scs)
+    assert {s.model for s in scs} >= {"cnn", "transformer", "mlp"}
+    held = [s for s in scs if s.tag == "heldout"]
+    assert len(held) >= 2 and len(scs) - len(held) >= 2
+    conds = [c for s in scs for c in s.conditions()]
+    assert any(c.flow for c in conds) and any(c.slowdown > 1 for c in conds) and any(c.rank1_up_mbit for c in conds)
+    assert any(len({c.mbit for c in s.conditions()}) >= 3 for s in scs)  # three-rate / walk
+    lengths = {p.iters for s in scs for p in s.phases}
+    assert min(lengths) >= 15 and max(lengths) <= 50 and max(lengths) - min(lengths) >= 20  # long and short
+    assert set(SUITES["quick"].grid()) <= set(full.grid())
+
+
+def test_scenario_trace_rates_flows_asymmetry_and_slowdown():
+    sc = Scenario("t", "cnn", (Phase(15, Condition(1000)), Phase(20, Condition(1000, flow=True)),
+                                Phase(10, Condition(1000, rank1_up_mbit=250, slowdown=2.0)), Phase(5, Condition(300, flow=True))))
+    assert sc.iters == 50 and sc.starts() == [0, 15, 35, 45]
+    t = sc.trace()
+    assert [(c.at, c.up_mbit, c.down_mbit, c.ranks) for c in t.changes] == [
+        (0, 1000.0, 1000.0, None), (35, 1000.0, 1000.0, None), (35, 250.0, 1000.0, (1,)), (45, 300.0, 300.0, None)]
+    assert [(f.at, f.until, f.src, f.dst, f.unit) for f in t.flows] == [(15, 35, 1, 0, "it"), (45, None, 1, 0, "it")]
+    assert t.iteration_boundaries() == [15, 35, 45]
+    assert sc.slowdown() == [[35, 45, 1, 2.0]]
+    assert sc.condition_at(34).flow and not sc.condition_at(35).flow and sc.condition_at(99).mbit == 300
+    assert [c.key for c in sc.conditions()] == ["1000mbit", "1000mbit-flow", "1000mbit-up1_250-slow2", "300mbit-flow"]
+
+
+def test_flow_until_must_follow_at_and_round_trips():
+    with pytest.raises(ValueError, match="until must be after at, but got at=10, until=10"):
+        CompetingFlow(10, 60, 1, 0, unit="it", until=10)
+    with pytest.raises(ValueError, match="whole iteration number"):
+        CompetingFlow(10, 60, 1, 0, unit="it", until=12.5)
+    t = BandwidthTrace.from_dict({"changes": [{"at": 0, "up_mbit": 100}],
+                                  "flows": [{"at": 4, "unit": "it", "duration_s": 60, "src": 1, "dst": 0, "until": 9}]})
+    assert t.flows[0].until == 9 and t.iteration_boundaries() == [4, 9]
+    assert BandwidthTrace.from_dict(t.to_dict()) == t
+
+
+# -- the maths on synthetic grids and runs ------------------------------------------------------
+
+def _two_phase(iters_fast: int, iters_slow: int) -> Scenario:
+    return Scenario("s", "cnn", (Phase(iters_fast, FAST), Phase(iters_slow, SLOW)), batch_size=16)
+
+
+# samples/s per config: A wins at FAST, B at SLOW, C is second at both
+GRIDS = {FAST: {A: 100.0, B: 50.0, C: 90.0}, SLOW: {A: 10.0, B: 20.0, C: 18.0}}
+
+
+def test_hindsight_minimises_the_predicted_trace_time():
+    sc = _two_phase(20, 20)
+    # 32 samples per iteration: A 20*32/100 + 20*32/10 = 70.4 s, B 12.8 + 32 = 44.8 s, C 7.11 + 35.56 = 42.67 s
+    assert predicted_seconds(sc, GRIDS, A) == pytest.approx(70.4)
+    assert predicted_seconds(sc, GRIDS, B) == pytest.approx(44.8)
+    assert predicted_seconds(sc, GRIDS, C) == pytest.approx(20 * 32 / 90 + 20 * 32 / 18)
+    assert best_static_in_hindsight(sc, GRIDS) == C
+    # all fast but 1 slow iteration: A (200*.32 + 3.2 = 67.2 s) beats C (71.1 + 1.78 = 72.9 s)
+    assert best_static_in_hindsight(_two_phase(200, 1), GRIDS) == A
+    assert best_static_in_hindsight(_two_phase(1, 200), GRIDS) == B
+
+
+def test_hindsight_needs_every_condition_and_a_common_config():
+    sc = _two_phase(5, 5)
+    with pytest.raises(ValueError, match="grids must cover every condition of scenario 's', but '200mbit' has none"):
+        best_static_in_hindsight(sc, {FAST: GRIDS[FAST]})
+    with pytest.raises(ValueError, match="must share at least one config"):
+        best_static_in_hindsight(sc, {FAST: {A: 1.0}, SLOW: {B: 1.0}})
+
+
+def test_oracle_switches_to_each_phases_best():
+    sc = Scenario("s", "cnn", (Phase(15, FAST), Phase(25, SLOW), Phase(15, FAST)))
+    assert oracle_phases(sc, GRIDS) == [[0, [A.partition_bytes, A.credit_bytes]], [15, [B.partition_bytes, B.credit_bytes]],
+                                        [40, [A.partition_bytes, A.credit_bytes]]]
+
+
+def test_bo_result_is_the_frozen_config_not_the_last_window():
+    from autobyte.bench._real import bo_result
+    from autobyte.core import BYTESCHEDULER_DEFAULT
+
+    probe = {"iteration": 7, "config": [1 << 20, 1 << 20], "reason": "BO step 1/15: random probe"}
+    froze = {"iteration": 105, "config": [4 << 20, 2 << 20], "reason": "BO step 15/15: best point measured, frozen"}
+    after = {"iteration": 112, "config": [4 << 20, 2 << 20], "observed_speed": 130.0}
+    assert bo_result([probe, froze, after]) == (Config(4 << 20, 2 << 20), True)
+    assert bo_result([probe]) == (Config(1 << 20, 1 << 20), False)
+    assert bo_result([]) == (BYTESCHEDULER_DEFAULT, False)
+
+
+def test_worst_span_finds_the_slowest_aligned_span():
+    base = [0.1] * 200
+    tuned = [0.1] * 200
+    for i in range(60, 70):  # 10 iterations twice as slow: a 50-span holding them is 60/50 = 1.2x slower
+        tuned[i] = 0.2
+    for i in range(150, 200):  # and a faster tail, which must not hide the slow span
+        tuned[i] = 0.05
+    ratio, at = worst_span_ratio(tuned, base)
+    assert ratio == pytest.approx(1.2) and 20 <= at <= 60
+    assert worst_span_ratio(base, base)[0] == pytest.approx(1.0)
+    # shorter than the span: the whole common length
+    assert worst_span_ratio([0.3, 0.3], [0.1, 0.2, 5.0], span=50) == (pytest.approx(2.0), 0)
+    with pytest.raises(ValueError, match="runs must be non-empty and span a positive integer"):
+        worst_span_ratio([], [0.1])
+    with pytest.raises(ValueError, match="span=0"):
+        worst_span_ratio([0.1], [0.1], span=0)
+
+
+def _run(sec: float, n: int = 60, slow_from: int | None = None) -> list[dict]:
+    return [{"iteration": i, "seconds": sec * (2 if slow_from is not None and i >= slow_from else 1), "samples_per_s": 1.0}
+            for i in range(n)]
+
+
+def test_scenario_summary_medians_ratios_and_harm():
+    sc = Scenario("s", "cnn", (Phase(30, FAST), Phase(30, SLOW)), batch_size=16)
+    runs = {
+        "bytescheduler": [_run(0.1), _run(0.1), _run(0.2)],  # 320, 320, 160 samples/s -> median 320
+        "hindsight": [_run(0.08), _run(0.08), _run(0.08)],  # 400
+        "autobyte": [_run(0.1, slow_from=55), _run(0.05), _run(0.05)],
+    }
+    meta = {"autobyte": [{"tuner_cpu_s": 0.1, "wall_s": 10.0}, {"tuner_cpu_s": 0.3, "wall_s": 10.0}, {}]}
+    s = summarize_scenario(sc, runs, meta)
+    bs = s["methods"]["bytescheduler"]
+    assert bs["median"] == pytest.approx(320) and bs["min"] == pytest.approx(160) and bs["max"] == pytest.approx(320)
+    assert s["methods"]["hindsight"]["vs"]["bytescheduler"] == pytest.approx(1.25)
+    assert s["methods"]["bytescheduler"]["vs"]["hindsight"] == pytest.approx(0.8)
+    ab = s["methods"]["autobyte"]
+    # repeat 0: iterations 10-59, 5 of them at 0.2 s: 5.5 s / 5 s = 1.1 against its own round's default run
+    assert ab["worst_span"]["per_repeat"][0] == {"ratio": pytest.approx(1.1), "first_iteration": 10}
+    assert ab["worst_span"]["per_repeat"][2]["ratio"] == pytest.approx(0.25)  # round 2's default was slow
+    assert ab["worst_span"]["median"] == pytest.approx(0.5) and ab["worst_span"]["max"] == pytest.approx(1.1)
+    assert ab["worst_span"]["span"] == HARM_SPAN
+    assert ab["tuner_cpu_share"] == pytest.approx(0.02)
+    assert "worst_span" not in bs and "tuner_cpu_share" not in bs
+    assert throughput(_run(0.1), 16) == pytest.approx(320)
+
+
+def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
+    def scen(name: str, tag: str, hs: float, ab: float) -> dict:
+        sc = Scenario(name, "cnn", (Phase(50, FAST),), tag=tag, batch_size=16)
+        return summarize_scenario(sc, {"hindsight": [_run(hs)] * 2, "autobyte": [_run(ab)] * 2, "bytescheduler": [_run(hs)] * 2})
+
+    scen_rows = [scen("t1", "tune", 0.1, 0.05), scen("t2", "tune", 0.1, 0.2), scen("h1", "heldout", 0.1, 0.125)]
+    s = summarize_suite("x", 2, scen_rows)
+    assert s["geomean"]["tune"]["n_scenarios"] == 2
+    assert s["geomean"]["tune"]["methods"]["autobyte"]["hindsight"] == pytest.approx(1.0)  # sqrt(2 * 0.5)
+    assert s["geomean"]["heldout"]["methods"]["autobyte"]["hindsight"] == pytest.approx(0.8)
+    assert s["geomean"]["heldout"]["methods"]["autobyte"]["oracle"] is None  # no oracle run: no ratio, not 0
+    md = table_md(s)
+    assert md.index("### Tuning scenarios") < md.index("| t2 | autobyte |") < md.index("### Held-out scenarios")
+    assert "| h1 | autobyte | 256.0 | 256.0-256.0 | 0.800 |  | 0.800 |  |  | 1.250 (max 1.250) |  |" in md  # 25% slower than its start
+    write_suite(s, str(tmp_path))
+    assert json.loads((tmp_path / "suite_summary.json").read_text())["geomean"]["heldout"]["n_scenarios"] == 1
+    assert (tmp_path / "suite_summary.md").read_text() == md
+    scen_rows[2]["configs"] = {"hindsight": [1 << 20, 2 << 20], "oracle_phases": [[0, [1 << 20, 4 << 20]], [15, [65536, 65536]]],
+                               "bo": [3 << 19, 3 << 19]}
+    scen_rows[2]["hindsight_predicted_samples_per_s"] = 300.0
+    assert ("- h1: hindsight <1 MiB, 2X> (grids predicted 300.0 samples/s, measured 320.0); "
+            "oracle it 0: <1 MiB, 4X>, it 15: <0.0625 MiB, 1X>; BO <1.5 MiB, 1X>") in table_md(summarize_suite("x", 2, scen_rows))
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--suite", "nightly"], "--suite must be one of full, quick, smoke, but got --suite='nightly'."),
+    (["bench", "--suite", "quick", "--methods", "ddp,tuner:nosuch"], "('tuner:nosuch' unknown). With --suite, also hindsight"),
+    (["bench", "--suite", "quick", "--scenarios", "cnn-step"], "--scenarios must be names of suite 'quick'"),
+    (["bench", "--suite", "quick", "--scenarios", ","], "--scenarios must be a non-empty comma-separated list, but got --scenarios=','"),
+    (["bench", "--suite", "quick", "--repeats", "0"], "--repeats must be an integer in [1, 100], but got --repeats=0."),
+    (["bench", "--suite", "quick", "--iters", "5"], "--iters sets the single-trace bench, not a suite"),
+    (["bench", "--repeats", "3"], "--repeats goes with --suite NAME, but got --repeats=3 without --suite."),
+    (["bench", "--methods", "hindsight"], "--methods hindsight needs --suite NAME"),
+])
+def test_cli_rejects_bad_suite_arguments(argv, message, capsys):
+    t0 = time.monotonic()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("autobyte bench: error: ") and message in err[0], err
+    assert time.monotonic() - t0 < 10
+
+
+def test_suite_methods_list_every_base_method():
+    assert BASE_METHODS == ("ddp", "bytescheduler", "bo", "hindsight", "oracle", "autobyte")
+
+
+# -- a real run through the testbed -------------------------------------------------------------
+
+@pytest.mark.root
+@pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
+def test_smoke_suite_runs_for_real(tmp_path):
+    from autobyte.bench._suite import run_suite
+
+    t0 = time.monotonic()
+    plan = SuitePlan("smoke", methods=["bytescheduler", "oracle", "tuner:grid"], timeout_s=120)
+    s = run_suite(plan, str(tmp_path), log=lambda *_: None)
+    took = time.monotonic() - t0
+    sc = s["scenarios"][0]
+    assert sc["name"] == "smoke" and set(sc["methods"]) == {"bytescheduler", "oracle", "tuner:grid"}
+    for m, row in sc["methods"].items():
+        assert len(row["samples_per_s"]) == 1 and row["median"] > 0, m
+    assert sc["methods"]["oracle"]["vs"]["bytescheduler"] > 0
+    assert sc["methods"]["tuner:grid"]["worst_span"]["per_repeat"][0]["ratio"] > 0
+    # two conditions: two grids of the suite's 2 configs; the oracle's phases and hindsight come from them
+    assert sorted(sc["grids"]) == ["2000mbit", "300mbit"] and all(len(g) == 2 for g in sc["grids"].values())
+    best = [max(sc["grids"][k], key=sc["grids"][k].get) for k in ("2000mbit", "300mbit")]
+    assert sc["configs"]["oracle_phases"] == [[0, [int(x) for x in best[0].split(",")]], [4, [int(x) for x in best[1].split(",")]]]
+    assert f"{sc['configs']['hindsight'][0]},{sc['configs']['hindsight'][1]}" in sc["grids"]["2000mbit"]
+    # the oracle ran its phases' configs, switched at the phase boundary, and the rate changed there
+    d = tmp_path / "smoke" / "r0_oracle"
+    its = [json.loads(line) for line in (d / "iterations.jsonl").read_text().splitlines()]
+    assert len(its) == 8 and [r["config"] for r in its][4:] == [sc["configs"]["oracle_phases"][1][1]] * 4
+    events = [json.loads(line) for line in (d / "events.jsonl").read_text().splitlines()]
+    assert [(e["iteration"], e["up_mbit"]) for e in events if e["event"] == "rate"] == [(4, 300.0)]
+    assert len((tmp_path / "smoke" / "iterations.csv").read_text().splitlines()) == 1 + 3 * 8
+    assert (tmp_path / "suite_summary.md").read_text().count("| smoke |") == 3
+    assert (tmp_path / "smoke" / "throughput.png").stat().st_size > 1000
+    print(f"smoke suite: {took:.0f} s")  # 5 testbed runs of ~18 s each on an idle machine
