@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     torch = require_torch()
     import torch.distributed as dist
 
-    from ..core import Config, make_tuner
+    from ..core import Config
     from ..integrations.torch import schedule
     from ..testbed import notify_iteration
     from .models import make_cnn, make_model, model_batches
@@ -88,14 +88,12 @@ def main(argv: list[str] | None = None) -> None:
         from ..core.tuners import make_tuner
 
         tuner = make_tuner(spec["tuner"])
+        if spec.get("guarded") is False:  # an offline search (BO before training): no do-no-harm guard
+            tuner.guarded = False
     if method == "ddp":
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
     else:
         start = spec.get("config") or (spec["phases"][0][1] if method == "phases" else spec["configs"][0])
-        tuner: Any = spec.get("tuner") if method == "tuner" else None
-        if tuner is not None and spec.get("guarded") is False:  # an offline search (BO before training): no guard
-            tuner = make_tuner(tuner)
-            tuner.guarded = False
         handle = schedule(
             model, opt, partition_bytes=int(start[0]), credit_bytes=int(start[1]),
             tuner=tuner,
