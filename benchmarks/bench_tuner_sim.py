@@ -63,7 +63,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy: one core per run on a shared machine
+
+import numpy as np  # noqa: E402
 
 from autobyte import sim
 from autobyte.core import make_tuner
@@ -637,5 +639,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
