@@ -115,6 +115,7 @@ def test_a_tuner_registered_by_an_imported_module_is_accepted(bench, tmp_path, m
     (["--weights", "/no/such/weights.npz"], "--weights"),
     (["--frobnicate"], "unrecognized"),
     (["--import", "no_such_module_xyz"], "--import"),
+    (["--adapt-time-s", "0"], "--adapt-time-s"),
 ])
 def test_bad_arguments_give_a_one_line_error(bench, capsys, argv, needle):
     with pytest.raises(SystemExit) as e:
