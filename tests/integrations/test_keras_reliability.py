@@ -19,10 +19,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 torch = pytest.importorskip("torch")
 keras = pytest.importorskip("keras")
 
-try:  # autobyte.testing on the branch that moves the launcher into the package
-    from autobyte.testing import launch  # noqa: E402
-except ImportError:
-    from autobyte._testing import launch  # noqa: E402
+from autobyte.testing import launch  # noqa: E402
 
 TIMEOUT_S = 5
 
