@@ -362,11 +362,21 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
     log(f"autobyte bench --suite {suite.name}: {len(plan.selected())} scenario(s), {plan.repeats} repeat(s), "
         f"methods {', '.join(plan.methods)}")
     cache: dict[tuple[str, int, Condition], dict[Config, float]] = {}
+    compute: dict[tuple[str, int], float] = {}
     summaries = []
     for sc in plan.selected():
         log(f"scenario {sc.name} [{sc.tag}]: {sc.about} ({sc.iters} iterations)")
         d_sc = os.path.join(out, sc.name)
-        base = {"model": sc.model, "batch_size": sc.batch_size}
+        base: dict[str, Any] = {"model": sc.model, "batch_size": sc.batch_size}
+        if any(c.slowdown > 1.0 for c in sc.conditions()):
+            # measured once here, so every run of the scenario (grids included) sleeps alike whatever the load then
+            key_c = (sc.model, sc.batch_size)
+            if key_c not in compute:
+                from .allreduce_ranks import compute_seconds
+
+                compute[key_c] = compute_seconds(sc.model, sc.batch_size)
+                log(f" {sc.model} batch {sc.batch_size}: {compute[key_c]:.3f} s of local compute per iteration (the slowdown's unit)")
+            base["compute_s"] = compute[key_c]
         grids: dict[Condition, dict[Config, float]] | None = None
         if {"hindsight", "oracle"} & set(plan.methods):
             grids = {}
@@ -407,6 +417,8 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
                 except OSError:
                     meta[m].append({})
         s = summarize_scenario(sc, runs, meta)
+        if "compute_s" in base:
+            s["compute_s"] = base["compute_s"]
         s["configs"] = {"bytescheduler": list(specs["bytescheduler"]["config"])}
         for k in ("hindsight", "bo"):
             if k in specs:

@@ -15,9 +15,10 @@ worker (under ``autobyte launch`` / :func:`autobyte.testbed.launch`, or
   sized by ``width``/``hidden``; the others at their default size).
 - ``slowdown``: ``[[first, end, rank, factor], ...]``: during iterations
   ``first <= k < end`` rank ``rank`` computes ``factor`` times slower (a
-  sleep of ``(factor - 1)`` times its own compute time per iteration,
-  measured once before training on the unwrapped model), emulating a
-  straggler.
+  sleep of ``(factor - 1)`` times ``compute_s``, the seconds of one local
+  forward + backward: given in the spec, so every run of a benchmark sleeps
+  alike, or else measured once before training on the unwrapped model),
+  emulating a straggler.
 
 Rank 0 writes ``OUT_DIR/iterations.jsonl`` (one line per iteration: index,
 seconds, samples/s, config in force), ``OUT_DIR/decisions.jsonl`` and, for
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.functional.cross_entropy
     slow = {(int(a), int(b)): float(f) for a, b, r, f in spec.get("slowdown", []) if int(r) == rank}
-    compute_s = _compute_time(model, data, loss_fn) if slow else 0.0
+    compute_s = float(spec.get("compute_s") or 0.0) or (_compute_time(model, data, loss_fn) if slow else 0.0)
     method = spec["method"]
     decisions: list[dict[str, Any]] = []
     handle = None
@@ -164,6 +165,20 @@ def main(argv: list[str] | None = None) -> None:
     if handle is not None:
         handle.close()
     dist.destroy_process_group()
+
+
+def compute_seconds(model_name: str, batch_size: int, *, threads: int = 1) -> float:
+    """Median seconds of one local forward + backward of a :data:`~autobyte.bench.models.MODELS` model, here and now."""
+    torch = require_torch()
+    from .models import make_model, model_batches
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model = make_model(model_name)
+        return _compute_time(model, model_batches(model_name, 4, batch_size), torch.nn.functional.cross_entropy)
+    finally:
+        torch.set_num_threads(prev)
 
 
 def _compute_time(model: Any, data: list[Any], loss_fn: Any, n: int = 5) -> float:

@@ -306,3 +306,25 @@ def test_smoke_suite_runs_for_real(tmp_path):
     assert (tmp_path / "suite_summary.md").read_text().count("| smoke |") == 3
     assert (tmp_path / "smoke" / "throughput.png").stat().st_size > 1000
     print(f"smoke suite: {took:.0f} s")  # 5 testbed runs of ~18 s each on an idle machine
+
+
+def test_compute_seconds_is_a_positive_local_measurement():
+    from autobyte.bench.allreduce_ranks import compute_seconds
+
+    assert 0 < compute_seconds("cnn", 2) < 30
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
+def test_slowed_rank_sleeps_its_factor_of_the_given_compute_time(tmp_path):
+    from autobyte.bench._real import _run
+
+    plan = SuitePlan("smoke", timeout_s=120)
+    spec = {"method": "static", "config": [1 << 20, 4 << 20], "iters": 6, "model": "cnn", "batch_size": 4,
+            "slowdown": [[2, 4, 1, 3.0]], "compute_s": 0.5}
+    its = _run(spec, "const:2000", str(tmp_path), plan, lambda *_: None)
+    secs = [r["seconds"] for r in its]
+    # rank 1 sleeps (3 - 1) x 0.5 s in iterations 2 and 3; rank 0 waits for it in the all-reduce
+    assert min(secs[2:4]) >= 1.0, secs
+    assert sorted(secs[:2] + secs[4:])[1] < 0.9, secs
+    assert json.loads((tmp_path / "rank1.json").read_text())["compute_s"] == 0.5
