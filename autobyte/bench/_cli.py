@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
     p.add_argument("--scenarios", default=None, help="with --suite: comma-separated subset of its scenario names (default: all)")
     p.add_argument("--repeats", type=int_arg("--repeats", 1, 100), default=None,
                    help="with --suite: rounds of every method (default: the suite's, 2)")
-    p.add_argument("--bo-iters", type=int_arg("--bo-iters", 1, 10**6), default=150, help="iterations of the BO search (default 150: 15 windows)")
+    p.add_argument("--bo-iters", type=int_arg("--bo-iters", 1, 10**6), default=200, help="iterations of the BO search (default 200: its 15 steps and the first, discarded window of 10 iterations plus 2 after each change, so it freezes)")
     p.add_argument("--grid-iters", type=int_arg("--grid-iters", 1, 10**5), default=6,
                    help="measured iterations per grid config for the oracle (default 6)")
     p.add_argument("--out", default=None, type=out_arg("--out", kind="dir"), help="output folder (default runs/bench-<time>)")
@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
 
 
 #: ``bench`` options of the single step trace, with their defaults: not for ``--suite`` (its scenarios fix them).
-_TRACE_ONLY = (("low_mbit", 200.0), ("high_mbit", 2000.0), ("every", 20), ("iters", 200), ("bo_iters", 150), ("grid_iters", 6))
+_TRACE_ONLY = (("low_mbit", 200.0), ("high_mbit", 2000.0), ("every", 20), ("iters", 200), ("bo_iters", 200), ("grid_iters", 6))
 
 
 def _methods_arg(text: str) -> list[str]:

@@ -57,7 +57,7 @@ class BenchPlan:
     window_iters: int = 10
     grid_iters: int = 6
     grid_warmup: int = 2
-    bo_iters: int = 150
+    bo_iters: int = 200
     batch_size: int = 16
     timeout_s: float = 1800.0
 
