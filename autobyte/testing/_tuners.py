@@ -16,6 +16,7 @@ class SwitchOnce(Tuner):
     """
 
     name = "switch-once"
+    guarded = False  # a scripted protocol check: its decision must apply whatever it costs
 
     def __init__(self, partition_bytes: int, credit_bytes: int) -> None:
         self.target = Config(partition_bytes, credit_bytes)
@@ -38,6 +39,7 @@ class AlwaysMove(Tuner):
     """Moves to another candidate of the space at every window it is asked about."""
 
     name = "always-move"
+    guarded = False  # a scripted protocol check: every move must apply whatever it costs
 
     def __init__(self) -> None:
         #: windows observed
