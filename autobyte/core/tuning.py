@@ -263,7 +263,7 @@ class Controller:
                           harm_allowance=None if guard is None else guard.allowance())
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
-        decision = self.tuner.observe(obs) if self.tuning else None
+        decision = self._ask(obs) if self.tuning else None
         entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
                                  "iterations": merged[0].n_iters}
         if changed:
@@ -277,6 +277,15 @@ class Controller:
             decision = None
         self.history.append(entry)
         return decision
+
+    def _ask(self, obs: Observation) -> Decision | None:
+        """The tuner's decision; a tuner that raises keeps the configuration (warned), never stops training."""
+        try:
+            return self.tuner.observe(obs)
+        except Exception as exc:  # a tuner's bug must not take a week-long job down
+            warnings.warn(f"autobyte: tuner {getattr(self.tuner, 'name', type(self.tuner).__name__)!r} failed at "
+                          f"iteration {obs.iteration} ({type(exc).__name__}: {exc}); keeping {self.current}.", stacklevel=3)
+            return None
 
     def applied(self, iteration: int, config: Config) -> None:
         """Every rank: ``config`` is in force from ``iteration`` on."""

@@ -305,6 +305,7 @@ class AutoByteTuner(Tuner):
             checked = float(last[1][self.space.index(obs.config)])
             if abs(math.log(obs.speed / checked)) > math.log1p(self.verifier.surprise):
                 self._held = (checked, obs.speed)  # judged once the verifier has told a change from an error
+                checked = None  # nor does it start an adaptation before then
             else:
                 self.errors.append(self.scorer.checked(checked, obs.speed))
         before = self.ledger.current
@@ -316,7 +317,8 @@ class AutoByteTuner(Tuner):
                       "%d measurements.", obs.config, obs.speed, regime.ident, len(regime.measured))
         self._last_job = sc.job.job
         if self.learner.observe(sc.job, sc.embedding, obs.regime_changed, checked):
-            _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * self.errors[-1],
+            err = abs(obs.speed / checked - 1) if checked else float("nan")
+            _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * err,
                       100 * self.learner.trigger.max_error, len(self.learner.rows))
         self.n_decisions += 1
         if not self.enabled or len(self.space) == 1:

@@ -150,3 +150,16 @@ def test_a_trip_caused_by_the_conditions_ends_its_hold_once_the_start_is_measure
     assert g.trip(50, B) is not None
     g.record(60, A, 58.0, 10, False)  # the start is faster than B was: the hold stays
     assert g.holding(61)
+
+
+class _Crashes(Tuner):
+    name = "crashes"
+
+    def observe(self, obs):
+        raise IndexError("list index out of range")
+
+
+def test_a_tuner_that_raises_keeps_the_configuration_and_training_goes_on():
+    with pytest.warns(UserWarning, match=r"tuner 'crashes' failed at iteration \d+ \(IndexError: list index out of range\); keeping"):
+        out, ctl = _run(_Crashes(), SPACE[0], iters=40)
+    assert ctl.current == SPACE[0] and len(out) == 8
