@@ -202,6 +202,11 @@ def main() -> None:
     if "error" in info:
         os._exit(3)  # the peer is gone: tearing the process group down would wait for it
     dist.destroy_process_group()
+    # Everything is written: skip interpreter teardown, where gloo's and DDP's objects can abort a
+    # finished rank ("terminate called without an active exception", pytorch#179291).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

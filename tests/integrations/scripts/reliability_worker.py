@@ -269,6 +269,11 @@ def main() -> None:
             h.close()
 
     dist.destroy_process_group()
+    # Everything is written: skip interpreter teardown, where gloo's and DDP's objects can abort a
+    # finished rank ("terminate called without an active exception", pytorch#179291).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
