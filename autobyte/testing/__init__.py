@@ -16,7 +16,7 @@ message; ``tests/contract/`` runs them over every registered implementation.
 
 from __future__ import annotations
 
-from ._launch import RankResult, free_port, launch
+from ._launch import RankResult, exit_rank, free_port, launch
 from ._tuners import AlwaysMove, SwitchOnce
 
-__all__ = ["AlwaysMove", "RankResult", "SwitchOnce", "free_port", "launch"]
+__all__ = ["AlwaysMove", "RankResult", "SwitchOnce", "exit_rank", "free_port", "launch"]

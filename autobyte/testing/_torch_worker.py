@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from autobyte.core import KiB, MiB
 from autobyte.integrations.torch import PeerLostError, schedule
-from autobyte.testing import SwitchOnce
+from autobyte.testing import SwitchOnce, exit_rank
 
 
 class SmallCNN(torch.nn.Module):
@@ -202,11 +202,7 @@ def main() -> None:
     if "error" in info:
         os._exit(3)  # the peer is gone: tearing the process group down would wait for it
     dist.destroy_process_group()
-    # Everything is written: skip interpreter teardown, where gloo's and DDP's objects can abort a
-    # finished rank ("terminate called without an active exception", pytorch#179291).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_rank(0)  # everything is written: no interpreter teardown
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from autobyte.core import KiB
 from autobyte.integrations.torch import CollectiveMismatchError, PeerLostError, schedule
+from autobyte.testing import exit_rank
 
 
 class Net(torch.nn.Module):
@@ -269,11 +270,7 @@ def main() -> None:
             h.close()
 
     dist.destroy_process_group()
-    # Everything is written: skip interpreter teardown, where gloo's and DDP's objects can abort a
-    # finished rank ("terminate called without an active exception", pytorch#179291).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_rank(0)  # everything is written: no interpreter teardown
 
 
 if __name__ == "__main__":
