@@ -126,11 +126,17 @@ def _register_collect(subparsers: Any) -> None:
     p.add_argument("--reps", type=int_arg("--reps", 1, 1000), default=2, help="repetitions (conditions per rate; default 2)")
     p.add_argument("--window-iters", type=int_arg("--window-iters", 2, 10_000), default=10,
                    help="measured iterations per window (default 10)")
+    p.add_argument("--model", default="cnn", choices=("cnn", "transformer", "mlp"),
+                   help="the model trained (autobyte.bench.models; default cnn)")
     p.add_argument("--evaluate", nargs="+", metavar="RAW", type=file_arg("--evaluate", kind="dir"),
                    help="instead of measuring: evaluate the meta-network on these raw/ folders")
     p.add_argument("--weights", default=None, type=file_arg("--weights"),
                    help="meta-network weights for --evaluate (default: the shipped ones)")
-    p.add_argument("--holdout", default="rep", choices=("rep", "rate"), help="held-out windows for --evaluate (default rep)")
+    p.add_argument("--holdout", default="rep", choices=("rep", "rate", "online"),
+                   help="held-out windows for --evaluate (default rep); online: every window as a live tuner meets it, "
+                        "before adapting and after --n-observed windows of its condition")
+    p.add_argument("--n-observed", type=int_arg("--n-observed", 1, 1000), default=5,
+                   help="with --holdout online: windows seen before the head adapts (default 5)")
     p.add_argument("--report", default=None, type=out_arg("--report"), help="with --evaluate: write the result as JSON here")
     p.set_defaults(func=_collect)
 
@@ -146,7 +152,12 @@ def _collect(args: argparse.Namespace) -> int:
             _check_weights(args.weights)
             for raw in args.evaluate:  # a bad raw folder is reported before the network loads
                 read_measurement(raw)
-            res = evaluate_meta(args.evaluate, weights=args.weights, holdout=args.holdout)
+            if args.holdout == "online":
+                from .collect import evaluate_meta_online
+
+                res = evaluate_meta_online(args.evaluate, weights=args.weights, n_observed=args.n_observed)
+            else:
+                res = evaluate_meta(args.evaluate, weights=args.weights, holdout=args.holdout)
             if args.report:
                 with open(args.report, "w") as f:
                     json.dump(res, f, indent=1)
@@ -161,7 +172,7 @@ def _collect(args: argparse.Namespace) -> int:
 
         rates = COLLECT_RATES_MBIT if args.rates_mbit is None else args.rates_mbit
         require_root()
-        collect(args.out, rates_mbit=rates, reps=args.reps, window_iters=args.window_iters)
+        collect(args.out, rates_mbit=rates, reps=args.reps, window_iters=args.window_iters, model=args.model)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         return _fail(str(exc))
     except (TestbedError, OSError, RuntimeError) as exc:

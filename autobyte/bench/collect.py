@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..core._checks import check_int
 from ..core.space import Config, KiB, MiB
 
 #: Rate standing for "no network limit": above what two namespaces reach over
@@ -243,6 +244,7 @@ def measure(
     hidden: int = 1536,
     profile_runs: int = 8,
     timeout_s: float = 1800.0,
+    model: str = "cnn",
     log: Callable[[str], None] = print,
 ) -> Measurement:
     """Run ``segments`` on the testbed with 2 workers (needs root) and read the result.
@@ -272,7 +274,7 @@ def measure(
     parts = []
     for i, run in enumerate(runs):
         d = os.path.join(out_dir, f"launch-{i:02d}")
-        parts.append(_launch(run, d, batch_size=batch_size, width=width, hidden=hidden, profile_runs=profile_runs,
+        parts.append(_launch(run, d, batch_size=batch_size, width=width, hidden=hidden, profile_runs=profile_runs, model=model,
                              timeout_s=max(60.0, timeout_s - (time.monotonic() - t0)), log=log))
     m = _merge(parts)
     m.info["wall_s"] = time.monotonic() - t0
@@ -284,12 +286,12 @@ def measure(
 
 
 def _launch(segments: list[Segment], out_dir: str, *, batch_size: int, width: int, hidden: int, profile_runs: int,
-            timeout_s: float, log: Callable[[str], None]) -> Measurement:
+            timeout_s: float, log: Callable[[str], None], model: str = "cnn") -> Measurement:
     from ..testbed import Testbed
 
     os.makedirs(out_dir, exist_ok=True)
     spec = {"segments": [s.to_dict() for s in segments], "batch_size": batch_size, "width": width, "hidden": hidden,
-            "profile_runs": profile_runs}
+            "profile_runs": profile_runs, "model": model}
     spec_path = os.path.join(out_dir, "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
@@ -331,6 +333,8 @@ COLLECT_CONFIGS: tuple[Config, ...] = (
     Config(64 * KiB, 128 * KiB), Config(128 * KiB, 512 * KiB), Config(256 * KiB, 256 * KiB), Config(512 * KiB, 2 * MiB),
     Config(1 * MiB, 2 * MiB), Config(2 * MiB, 8 * MiB), Config(4 * MiB, 4 * MiB), Config(16 * MiB, 16 * MiB),
 )
+#: Per-worker batch of each model in ``autobyte collect`` (the benchmark suite's batch sizes).
+COLLECT_BATCH: dict[str, int] = {"cnn": 16, "transformer": 32, "mlp": 64}
 #: ``meta.json`` ``spec.source`` of real data.
 SOURCE = "autobyte-testbed"
 
@@ -450,21 +454,35 @@ def collect(
     warmup: int = 2,
     seed: int = 1,
     timeout_s: float = 1800.0,
+    model: str = "cnn",
+    batch_size: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Measure real windows on the testbed (needs root) and write them as a meta-network dataset.
 
     Every rate is one launch; at each rate every repetition measures every
     config for ``window_iters`` iterations after ``warmup``, in a new random
-    order. Writes ``out/raw/`` (the ranks' JSON) and ``out/data/`` (the
-    dataset: ``meta.json`` + ``shard-00000.npz``).
+    order. ``model`` is one of :data:`autobyte.bench.models.MODELS`
+    (``batch_size`` per worker; default :data:`COLLECT_BATCH`'s). Writes
+    ``out/raw/`` (the ranks' JSON) and ``out/data/`` (the dataset:
+    ``meta.json`` + ``shard-00000.npz``).
+
+    Raises:
+        ValueError: an unknown model or a bad batch size.
     """
+    from .models import MODELS
+
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, but got model={model!r}.")
+    bs = COLLECT_BATCH[model] if batch_size is None else batch_size
+    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
+        raise ValueError(f"batch_size must be a positive integer, but got batch_size={bs!r}.")
     segs = schedule_segments(rates_mbit, configs, reps=reps, warmup=warmup, min_iters=window_iters,
                              max_iters=window_iters, seed=seed)
-    log(f"autobyte collect: {len(rates_mbit)} rates x {len(configs)} configs x {reps} repetitions, "
+    log(f"autobyte collect: {model} (batch {bs}), {len(rates_mbit)} rates x {len(configs)} configs x {reps} repetitions, "
         f"windows of {window_iters} iterations")
-    m = measure(segs, os.path.join(out, "raw"), timeout_s=timeout_s, log=log, profile_runs=3)
-    res = write_dataset([m], os.path.join(out, "data"))
+    m = measure(segs, os.path.join(out, "raw"), timeout_s=timeout_s, log=log, profile_runs=3, model=model, batch_size=bs)
+    res = write_dataset([m], os.path.join(out, "data"), model_name="cnn-3.4M" if model == "cnn" else model)
     log(f"wrote {res['rows']} rows from {res['conditions']} conditions to {res['path']}/")
     return res
 
@@ -585,6 +603,105 @@ def evaluate_meta(
     return res
 
 
+def evaluate_meta_online(
+    raw_dirs: Sequence[str],
+    *,
+    weights: str | None = None,
+    n_observed: int = 5,
+    orders: int = 4,
+    time_budget_s: float = 1.0,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The meta-network on real windows as a live tuner meets them: before adapting, and after ``n_observed`` windows.
+
+    Every condition (one rate, one repetition; its configs measured one after
+    the other) is replayed ``orders`` times in a seeded random order of its
+    configs. **Before**: the offline network predicts, from each window's
+    statistics under its config ``c0``, the speed of every other config
+    measured in the condition (every ordered pair; the trivial ``c == c0``
+    rows are left out). **After**: the first ``n_observed`` windows of the
+    order are what a tuner has seen; the head is adapted on the rows among
+    them (the meta side's :class:`~autobyte.meta.Adapter` with the tuner's own
+    time budget, starting again from the offline weights for every order), and
+    the rows from an observed window to a config not yet observed are
+    predicted. ``before`` is also given on exactly those rows.
+
+    Returns:
+        ``{"before_all": {...}, "before": {...}, "after": {...}, "n_observed", "orders", "conditions", "weights"}``,
+        each score ``{"mape", "median_ape", "rows"}``.
+
+    Raises:
+        FileNotFoundError: no weights at the given / shipped path.
+        ValueError: ``n_observed`` not below the configs of a condition, or no condition to score.
+    """
+    from ..meta import Adapter, MetaNetwork, candidate_features, default_weights_path, featurize
+
+    check_int("n_observed", n_observed)
+    check_int("orders", orders)
+    path = weights or str(default_weights_path())
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"weights must name trained meta-network weights, but {path!r} does not exist.")
+    net = MetaNetwork.load(path)
+    by_cond: dict[tuple[str, float, int], list[dict[str, Any]]] = {}
+    for d in raw_dirs:
+        for c in meta_contexts(read_measurement(d)):
+            by_cond.setdefault((d, c["rate_mbit"], c["rep"]), []).append(c)
+    by_cond = {k: v for k, v in by_cond.items() if len(v) > n_observed}
+    if not by_cond:
+        raise ValueError(f"n_observed must be below the number of configs measured in a condition, but got n_observed={n_observed}.")
+
+    def predict(c: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        job = featurize(c["features"], c["current"], c["observed"])
+        emb = np.atleast_2d(net.encode(job))
+        cand = candidate_features(job.layer_bytes, c["candidates"], c["current"])
+        return emb, cand, np.log(c["speed"] / c["observed"])
+
+    def ape(emb: np.ndarray, cand: np.ndarray, y: np.ndarray) -> np.ndarray:
+        pred = np.asarray(net.head_batch(np.repeat(emb, len(y), 0), cand), dtype=np.float64).reshape(-1)
+        return np.abs(np.exp(pred - y) - 1.0)
+
+    def summary(errs: list[np.ndarray]) -> dict[str, Any]:
+        e = np.concatenate(errs) if errs else np.zeros(0)
+        return {"mape": float(e.mean()) if e.size else float("nan"), "median_ape": float(np.median(e)) if e.size else float("nan"),
+                "rows": int(e.size)}
+
+    rng = np.random.default_rng(seed)
+    before_all: list[np.ndarray] = []
+    before: list[np.ndarray] = []
+    after: list[np.ndarray] = []
+    durations: list[float] = []
+    for ctxs in by_cond.values():
+        pre = [predict(c) for c in ctxs]
+        k = len(ctxs)
+        for i, (emb, cand, y) in enumerate(pre):
+            keep = np.arange(len(y)) != i  # window i's own config: the trivial row
+            before_all.append(ape(emb, cand[keep], y[keep]))
+        for _ in range(orders):
+            order = rng.permutation(k)
+            seen, unseen = order[:n_observed], order[n_observed:]
+            fit_e, fit_c, fit_y = [], [], []
+            for i in seen:
+                emb, cand, y = pre[i]
+                j = [x for x in seen if x != i]
+                fit_e.append(np.repeat(emb, len(j), 0))
+                fit_c.append(cand[j])
+                fit_y.append(y[j])
+            before += [ape(pre[i][0], pre[i][1][unseen], pre[i][2][unseen]) for i in seen]
+            ad = Adapter(net, time_budget_s=time_budget_s)
+            ad.start(np.concatenate(fit_e), np.concatenate(fit_c), np.concatenate(fit_y), background=False)
+            durations.append(float(ad.last_duration_s or 0.0))
+            after += [ape(pre[i][0], pre[i][1][unseen], pre[i][2][unseen]) for i in seen]
+            net.reset_head()
+    res: dict[str, Any] = {"before_all": summary(before_all), "before": summary(before), "after": summary(after), "n_observed": n_observed,
+           "orders": orders, "conditions": len(by_cond), "weights": path,
+           "adapt_s_mean": float(np.mean(durations)) if durations else 0.0}
+    log(f"meta-network on real windows: MAPE {100 * res['before_all']['mape']:.1f}% before adapting (all rows); "
+        f"on the rows to configs not yet seen {100 * res['before']['mape']:.1f}% -> {100 * res['after']['mape']:.1f}% "
+        f"after {n_observed} windows")
+    return res
+
+
 # --------------------------------------------------------------------------- rank side
 def _rank_main(spec_path: str, out_dir: str) -> None:
     from ..integrations._imports import require_torch
@@ -595,7 +712,7 @@ def _rank_main(spec_path: str, out_dir: str) -> None:
     from ..integrations.torch import schedule
     from ..sim import profile_module
     from ..testbed import notify_iteration
-    from .models import make_cnn, synthetic_batches
+    from .models import make_cnn, make_model, model_batches
 
     import faulthandler
     import signal
@@ -608,8 +725,12 @@ def _rank_main(spec_path: str, out_dir: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     bs = int(spec.get("batch_size", 16))
-    data = synthetic_batches(8, bs, rank, seed=0)
-    model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
+    model_name = str(spec.get("model", "cnn"))
+    data = model_batches(model_name, 8, bs, rank, seed=0)
+    if model_name == "cnn":
+        model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
+    else:
+        model = make_model(model_name)
     loss_fn = torch.nn.functional.cross_entropy
 
     # Compute profile on this CPU, both ranks at once (as during training).

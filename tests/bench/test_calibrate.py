@@ -294,3 +294,30 @@ def test_meta_evaluation_rejects_a_split_it_cannot_make(tmp_path: Path) -> None:
     assert ctx[4]["observed"] == pytest.approx(ctx[4]["speed"][1])
     with pytest.raises(ValueError, match=r"holdout must be 'rep' or 'rate', but got holdout='x'"):
         evaluate_meta([str(tmp_path)], holdout="x")
+
+
+_REAL_RAW = Path(__file__).resolve().parents[2] / "docs" / "figures" / "calib_real" / "raw"
+
+
+def test_online_meta_evaluation_on_real_windows_adapts_and_scores_unseen_configs() -> None:
+    from autobyte.bench.collect import evaluate_meta_online
+
+    res = evaluate_meta_online([str(_REAL_RAW)], n_observed=5, orders=2, log=lambda s: None)
+    # 6 conditions of 8 configs; before, every window predicts the 7 others: 6 * 8 * 7 rows
+    assert res["conditions"] == 6 and res["before_all"]["rows"] == 6 * 8 * 7
+    # after 5 windows, each of them predicts the 3 configs not yet seen: 6 conditions x 2 orders x 5 x 3
+    assert res["before"]["rows"] == res["after"]["rows"] == 6 * 2 * 5 * 3
+    assert 0 < res["after"]["mape"] < res["before"]["mape"]  # adapting on this job's own windows helps
+
+
+def test_online_meta_evaluation_and_collect_reject_bad_arguments(tmp_path: Path) -> None:
+    from autobyte.bench.collect import collect, evaluate_meta_online
+
+    with pytest.raises(ValueError, match=r"n_observed must be below the number of configs measured in a condition, but got n_observed=8"):
+        evaluate_meta_online([str(_REAL_RAW)], n_observed=8, log=lambda s: None)
+    with pytest.raises(ValueError, match=r"n_observed must be a positive integer, but got n_observed=0"):
+        evaluate_meta_online([str(_REAL_RAW)], n_observed=0)
+    with pytest.raises(ValueError, match=r"model must be one of cnn, transformer, mlp, but got model='resnet'"):
+        collect(str(tmp_path), model="resnet")
+    with pytest.raises(ValueError, match=r"batch_size must be a positive integer, but got batch_size=0"):
+        collect(str(tmp_path), model="mlp", batch_size=0)
