@@ -117,7 +117,9 @@ def _register_collect(subparsers: Any) -> None:
                     "simulator dataset's format; or, with --evaluate, score the meta-network on held-out real windows "
                     "before and after fine-tuning on the others. See docs/calibration.md.",
         epilog="examples:\n  autobyte collect --out runs/real\n"
-               "  autobyte collect --evaluate runs/real/raw --weights meta.weights.npz --holdout rep\n",
+               "  autobyte collect --evaluate runs/real/raw --weights meta.weights.npz --holdout rep\n"
+               "  autobyte collect --finetune runs/real/raw --weights-out my-cluster.npz\n"
+               "  autobyte collect --evaluate runs/other/raw --weights my-cluster.npz --holdout online\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", type=out_arg("--out", kind="dir"), help="output folder (raw/ and data/)")
@@ -130,8 +132,13 @@ def _register_collect(subparsers: Any) -> None:
                    help="the model trained (autobyte.bench.models; default cnn)")
     p.add_argument("--evaluate", nargs="+", metavar="RAW", type=file_arg("--evaluate", kind="dir"),
                    help="instead of measuring: evaluate the meta-network on these raw/ folders")
+    p.add_argument("--finetune", nargs="+", metavar="RAW", type=file_arg("--finetune", kind="dir"),
+                   help="instead of measuring: fine-tune the meta-network's head on every window of these raw/ folders "
+                        "and write the weights to --weights-out (for AutoByteTuner(weights=...))")
+    p.add_argument("--weights-out", default=None, type=out_arg("--weights-out", suffix=".npz"),
+                   help="with --finetune: where to write the fine-tuned weights (.npz)")
     p.add_argument("--weights", default=None, type=file_arg("--weights"),
-                   help="meta-network weights for --evaluate (default: the shipped ones)")
+                   help="meta-network weights for --evaluate / --finetune (default: the shipped ones)")
     p.add_argument("--holdout", default="rep", choices=("rep", "rate", "online"),
                    help="held-out windows for --evaluate (default rep); online: every window as a live tuner meets it, "
                         "before adapting and after --n-observed windows of its condition")
@@ -145,6 +152,24 @@ def _collect(args: argparse.Namespace) -> int:
     import json
 
     try:
+        if args.finetune:
+            from .collect import finetune_meta, read_measurement
+            from ..meta._cli import _check_weights
+
+            if args.evaluate or args.out:
+                return _fail("--finetune RAW goes alone: not with --evaluate or --out.")
+            if not args.weights_out:
+                return _fail("--finetune RAW needs --weights-out FILE.npz (where to write the fine-tuned weights).")
+            _check_weights(args.weights)
+            for raw in args.finetune:
+                read_measurement(raw)
+            res = finetune_meta(args.finetune, args.weights_out, weights=args.weights)
+            if args.report:
+                with open(args.report, "w") as f:
+                    json.dump(res, f, indent=1)
+            return 0
+        if args.weights_out is not None:
+            return _fail("--weights-out goes with --finetune RAW.")
         if args.evaluate:
             from .collect import evaluate_meta, read_measurement
             from ..meta._cli import _check_weights

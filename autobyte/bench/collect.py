@@ -516,6 +516,80 @@ def meta_contexts(measurement: Measurement) -> list[dict[str, Any]]:
     return out
 
 
+def meta_rows(net: Any, ctxs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """The meta-network's rows of :func:`meta_contexts` windows: embeddings, candidate features, targets, spans per window.
+
+    Target: ``log(speed(c) / speed(c0))`` for every candidate ``c`` measured in the window's condition.
+    """
+    from ..meta import candidate_features, featurize
+
+    embs, cands, ys, spans = [], [], [], []
+    r = 0
+    for c in ctxs:
+        job = featurize(c["features"], c["current"], c["observed"])
+        emb = net.encode(job)
+        k = len(c["speed"])
+        embs.append(np.repeat(np.atleast_2d(emb), k, axis=0))
+        cands.append(candidate_features(job.layer_bytes, c["candidates"], c["current"]))
+        ys.append(np.log(c["speed"] / c["observed"]))
+        spans.append((r, r + k))
+        r += k
+    return np.concatenate(embs), np.concatenate(cands), np.concatenate(ys), spans
+
+
+def finetune_meta(
+    raw_dirs: Sequence[str],
+    out: str,
+    *,
+    weights: str | None = None,
+    time_budget_s: float = 30.0,
+    max_epochs: int = 2000,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Fine-tune the meta-network's head on every real window of ``raw_dirs`` and save the weights to ``out``.
+
+    For a cluster unlike the simulated V100 clusters the shipped network was
+    trained on: a few minutes of ``autobyte collect`` on it, then
+    ``AutoByteTuner(weights=out)`` starts from a head that has seen its
+    per-message costs. The meta side's own transfer learning
+    (:class:`autobyte.meta.Adapter`: encoder frozen, head fine-tuned, anchored
+    to the offline head) with a larger time budget than online.
+
+    Returns:
+        ``{"path", "rows", "windows", "fit_mape_before", "fit_mape_after", "adapt_s"}``.
+
+    Raises:
+        FileNotFoundError: no weights at the given / shipped path.
+        ValueError: ``out`` not ending in ``.npz``, or no window in ``raw_dirs``.
+    """
+    from ..meta import Adapter, MetaNetwork, default_weights_path
+
+    if not isinstance(out, str) or not out.endswith(".npz"):
+        raise ValueError(f"out must be a path ending in '.npz', but got out={out!r}.")
+    path = weights or str(default_weights_path())
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"weights must name trained meta-network weights, but {path!r} does not exist.")
+    net = MetaNetwork.load(path)
+    ctxs = [c for d in raw_dirs for c in meta_contexts(read_measurement(d))]
+    if not ctxs:
+        raise ValueError(f"raw_dirs must hold measured windows, but got none in {list(raw_dirs)!r}.")
+    emb, cand, y, _ = meta_rows(net, ctxs)
+
+    def mape() -> float:
+        pred = np.asarray(net.head_batch(emb, cand), dtype=np.float64).reshape(-1)
+        return float(np.mean(np.abs(np.exp(pred - y) - 1.0)))
+
+    before = mape()
+    ad = Adapter(net, time_budget_s=time_budget_s, max_epochs=max_epochs)
+    ad.start(emb, cand, y, background=False)
+    res = {"path": out, "rows": int(y.size), "windows": len(ctxs), "fit_mape_before": before, "fit_mape_after": mape(),
+           "adapt_s": ad.last_duration_s, "base_weights": path}
+    net.save(out, finetuned_on=[os.path.abspath(d) for d in raw_dirs], finetune_rows=int(y.size))
+    log(f"fine-tuned on {res['rows']} real rows ({res['windows']} windows): MAPE on them "
+        f"{100 * before:.1f}% -> {100 * res['fit_mape_after']:.1f}%; wrote {out}")
+    return res
+
+
 def evaluate_meta(
     raw_dirs: Sequence[str],
     *,
@@ -546,7 +620,7 @@ def evaluate_meta(
     """
     if holdout not in ("rep", "rate"):
         raise ValueError(f"holdout must be 'rep' or 'rate', but got holdout={holdout!r}.")
-    from ..meta import Adapter, MetaNetwork, candidate_features, default_weights_path, featurize
+    from ..meta import Adapter, MetaNetwork, default_weights_path
 
     path = weights or str(default_weights_path())
     if not os.path.isfile(path):
@@ -566,18 +640,7 @@ def evaluate_meta(
     net = MetaNetwork.load(path)
 
     def rows(sel: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
-        embs, cands, ys, spans = [], [], [], []
-        r = 0
-        for c in sel:
-            job = featurize(c["features"], c["current"], c["observed"])
-            emb = net.encode(job)
-            k = len(c["speed"])
-            embs.append(np.repeat(np.atleast_2d(emb), k, axis=0))
-            cands.append(candidate_features(job.layer_bytes, c["candidates"], c["current"]))
-            ys.append(np.log(c["speed"] / c["observed"]))
-            spans.append((r, r + k))
-            r += k
-        return np.concatenate(embs), np.concatenate(cands), np.concatenate(ys), spans
+        return meta_rows(net, sel)
 
     def score(sel: list[dict[str, Any]]) -> dict[str, float]:
         emb, cand, y, spans = rows(sel)

@@ -321,3 +321,24 @@ def test_online_meta_evaluation_and_collect_reject_bad_arguments(tmp_path: Path)
         collect(str(tmp_path), model="resnet")
     with pytest.raises(ValueError, match=r"batch_size must be a positive integer, but got batch_size=0"):
         collect(str(tmp_path), model="mlp", batch_size=0)
+
+
+def test_finetune_on_real_windows_writes_weights_a_tuner_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autobyte.bench.collect import evaluate_meta_online, finetune_meta
+    from autobyte.meta import AutoByteTuner, MetaNetwork
+
+    out = str(tmp_path / "cluster.npz")
+    res = finetune_meta([str(_REAL_RAW)], out, time_budget_s=2.0, log=lambda s: None)
+    assert res["rows"] == 6 * 8 * 8 and res["fit_mape_after"] < res["fit_mape_before"]
+    tuned, shipped = MetaNetwork.load(out), MetaNetwork.load_default()
+    assert tuned.info["finetune_rows"] == res["rows"]
+    assert any(not np.array_equal(a, b) for a, b in zip(tuned.weights().values(), shipped.weights().values()))
+    assert AutoByteTuner(weights=out).net.weights().keys() == shipped.weights().keys()
+    after = evaluate_meta_online([str(_REAL_RAW)], weights=out, orders=1, log=lambda s: None)
+    assert after["before_all"]["mape"] < evaluate_meta_online([str(_REAL_RAW)], orders=1, log=lambda s: None)["before_all"]["mape"]
+    with pytest.raises(ValueError, match=r"out must be a path ending in '.npz', but got out='w.pt'"):
+        finetune_meta([str(_REAL_RAW)], "w.pt")
+    assert _cli.main(["collect", "--finetune", str(_REAL_RAW)]) == 2
+    assert "--finetune RAW needs --weights-out FILE.npz" in capsys.readouterr().err
+    assert _cli.main(["collect", "--finetune", str(_REAL_RAW), "--out", str(tmp_path), "--weights-out", out]) == 2
+    assert "--finetune RAW goes alone" in capsys.readouterr().err
