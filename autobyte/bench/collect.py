@@ -666,6 +666,25 @@ def evaluate_meta(
     return res
 
 
+def _repeat_errors(by_cond: dict[tuple[str, float, int], list[dict[str, Any]]]) -> list[np.ndarray]:
+    """The noise floor of real labels: speed ratios measured in one repetition of a rate predicting the next one's.
+
+    A predictor that remembered every speed measured minutes earlier in the
+    same condition scores this; a network cannot be checked below it.
+    """
+    errs: list[np.ndarray] = []
+    groups: dict[tuple[str, float], dict[int, dict[Config, float]]] = {}
+    for (d, rate, rep), ctxs in by_cond.items():
+        groups.setdefault((d, rate), {})[rep] = {c["current"]: float(c["observed"]) for c in ctxs}
+    for reps in groups.values():
+        keys = sorted(reps)
+        for a, b in zip(keys, keys[1:]):
+            sa, sb = reps[a], reps[b]
+            common = [c for c in sa if c in sb]
+            errs.append(np.array([abs((sa[j] / sa[i]) / (sb[j] / sb[i]) - 1.0) for i in common for j in common if i != j]))
+    return errs
+
+
 def evaluate_meta_online(
     raw_dirs: Sequence[str],
     *,
@@ -758,10 +777,11 @@ def evaluate_meta_online(
             net.reset_head()
     res: dict[str, Any] = {"before_all": summary(before_all), "before": summary(before), "after": summary(after), "n_observed": n_observed,
            "orders": orders, "conditions": len(by_cond), "weights": path,
-           "adapt_s_mean": float(np.mean(durations)) if durations else 0.0}
+           "adapt_s_mean": float(np.mean(durations)) if durations else 0.0, "repeat": summary(_repeat_errors(by_cond))}
     log(f"meta-network on real windows: MAPE {100 * res['before_all']['mape']:.1f}% before adapting (all rows); "
         f"on the rows to configs not yet seen {100 * res['before']['mape']:.1f}% -> {100 * res['after']['mape']:.1f}% "
-        f"after {n_observed} windows")
+        f"after {n_observed} windows; a repeat of the measurement predicts its own ratios within "
+        f"{100 * res['repeat']['mape']:.1f}% (the labels' noise)")
     return res
 
 

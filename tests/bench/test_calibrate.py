@@ -308,6 +308,8 @@ def test_online_meta_evaluation_on_real_windows_adapts_and_scores_unseen_configs
     # after 5 windows, each of them predicts the 3 configs not yet seen: 6 conditions x 2 orders x 5 x 3
     assert res["before"]["rows"] == res["after"]["rows"] == 6 * 2 * 5 * 3
     assert 0 < res["after"]["mape"] < res["before"]["mape"]  # adapting on this job's own windows helps
+    # the labels' noise floor: repetition 1's ratios predicting repetition 2's, 3 rates x 8 x 7 pairs
+    assert res["repeat"]["rows"] == 3 * 8 * 7 and 0 < res["repeat"]["mape"] < 1
 
 
 def test_online_meta_evaluation_and_collect_reject_bad_arguments(tmp_path: Path) -> None:
