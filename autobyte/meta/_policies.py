@@ -245,11 +245,17 @@ class Ledger:
         """A configuration that would tell whether a young regime is a past one, or ``None``."""
         if not self.recall or self.current.windows > self.young_windows or len(self.regimes) < 2:
             return None
-        for r in reversed(self.regimes):
+        # the fastest configuration of any regime that may be back (not this one, not the one just left):
+        # one set of conditions can sit in two regimes that share no measurement yet, and the faster
+        # record is the one worth finding out about
+        found: tuple[float, Config] | None = None
+        for r in reversed(self.regimes):  # most recent first: ties go to it
             b = r.best() if r is not self.current and r is not self._left else None
             if b is not None and b != current and b not in self.current.measured:
-                return b
-        return None
+                v = r.measured[b][0]
+                if found is None or v > found[0]:
+                    found = (v, b)
+        return None if found is None else found[1]
 
     def _new(self) -> Regime:
         r = Regime(self._next)

@@ -45,6 +45,22 @@ def test_ledger_recalls_a_past_regime_when_a_config_runs_as_it_did_there():
     assert r.speeds(30) == {A: 100.0, B: 129.0, C: 150.0}  # joined; B averaged over both
 
 
+def test_ledger_probe_names_the_fastest_record_when_one_condition_sits_in_two_regimes():
+    # fast conditions seen twice, never with a configuration in common: two regimes (0 and 2);
+    # the probe after the next change names the faster record (regime 0's B), not the most recent one's
+    led = Ledger()
+    led.observe(10, B, 280.0, False)  # regime 0 (fast): B best
+    led.observe(20, C, 100.0, True)  # regime 1 (slow)
+    led.observe(30, A, 250.0, True)  # regime 2: fast again, but A was never measured in regime 0
+    led.observe(40, D, 102.0, True)  # regime 3: slow again
+    led.observe(50, D, 101.0, False)
+    r = led.observe(60, D, 240.0, True)  # a change: regime 4, young; regime 3 was just left
+    assert r.ident == 4 and led.recalled is None
+    assert led.probe(D) == B  # 280 (regime 0) beats 250 (regime 2, more recent)
+    r = led.observe(70, B, 279.0, False)
+    assert led.recalled is r and r.ident == 0
+
+
 def test_ledger_without_recall_never_merges():
     led = Ledger(recall=False)
     led.observe(10, A, 100.0, False)
