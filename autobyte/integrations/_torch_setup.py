@@ -63,6 +63,12 @@ class _SetUp:
     _root_pre_forward: Any
     _root_post_forward: Any
     synchronize: Any
+    _stream: Any
+    _nccl: bool
+    _compute_stream: Any
+    _ready_ev: list[Any]
+    _update_ev: list[Any]
+    _waited: set[tuple[int, int]]
 
     def _start_distributed(self, process_group: Any, timeout_s: float, optimizer: Any) -> None:
         backend = dist.get_backend(process_group)
@@ -78,6 +84,11 @@ class _SetUp:
         self.device = self.params[0].device
         # NCCL collectives need device tensors; gloo takes CPU tensors.
         self._cdev = self.device if backend == "nccl" else torch.device("cpu")
+        if self.device.type == "cuda" and all(p.device == self.device for p in self.params):
+            # The engine's own stream: collectives are issued and updates run on it, ordered
+            # after each gradient by events, so autograd's stream never waits for them.
+            self._stream = torch.cuda.Stream(self.device)
+            self._nccl = backend == "nccl"
         self._peers = self._exchange_identity()
         n_state = sum(t.numel() for t in list(self.params) + list(self.model.buffers()))
         self._control(1, len(self.params), n_state)
@@ -172,6 +183,15 @@ class _SetUp:
                     f"parameter {self.tensors[i].name!r} got a {p.grad.layout} gradient; autobyte averages dense gradients only."
                 ))
                 raise self._error  # type: ignore[misc]
+            ev = None
+            if self._stream is not None:
+                # Recorded on the stream autograd accumulated this gradient on (its current
+                # stream here); the engine's stream waits on it before reading the gradient.
+                self._compute_stream = torch.cuda.current_stream(p.device)
+                ev = self._ready_ev[i]
+                if ev is None:
+                    ev = self._ready_ev[i] = torch.cuda.Event()
+                ev.record(self._compute_stream)
             now = time.perf_counter()
             with self._stats_lock:
                 self.stats.grad_ready(i, now)
@@ -182,7 +202,7 @@ class _SetUp:
                 self._backward_iter = self.iteration
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
             self._updated[i].clear()
-            self._ready_q.put(("ready", i))
+            self._ready_q.put(("ready", i, ev))
 
         return hook
 
@@ -193,12 +213,30 @@ class _SetUp:
         self._ready_q.put(("end",))
         if not self.overlap:
             self._wait_iteration(self._backward_iter, "all gradients of this iteration")
+            # Autograd runs final callbacks on the streams current around backward(): the
+            # user's step() after it reads the averaged gradients in order (device-side).
+            self._join_stream()
+
+    def _join_stream(self) -> None:
+        """Order the calling thread's current stream after everything the engine's stream has queued."""
+        if self._stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
 
     def _make_wait_hook(self, own: Sequence[int]) -> Callable[..., None]:
         def hook(module: Any, args: Any) -> None:
             for i in own:
                 if not self._updated[i].is_set():
                     self._wait(self._updated[i], f"the update of parameter {self.tensors[i].name!r}")
+                if self._stream is not None:
+                    # The update is queued on the engine's stream: this module's kernels wait for
+                    # it on the device, once per update group and iteration; the host goes on.
+                    done = self._update_ev[i]
+                    if done is not None:
+                        stream = torch.cuda.current_stream(self.device)
+                        key = (done[0], stream.cuda_stream)
+                        if key not in self._waited:
+                            self._waited.add(key)
+                            stream.wait_event(done[1])
 
         return hook
 

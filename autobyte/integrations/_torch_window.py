@@ -64,7 +64,7 @@ class _ControlCollective:
         h._control(3, vec.numel())
         out = [torch.zeros_like(vec) for _ in range(h.world_size)]
         h._collective(lambda: dist.all_gather(out, vec, group=h.ctl_group), "every rank's window statistics")
-        return [o.cpu().numpy() for o in out]
+        return list(torch.stack(out).cpu().numpy())  # one copy to the host (a device tensor with NCCL)
 
     def broadcast(self, vector: np.ndarray) -> np.ndarray:
         h = self._h
@@ -183,7 +183,7 @@ class _Window:
             src = self._src
             self._control(5, len(order))
             self._collective(lambda: dist.broadcast(tensor, src, group=self.ctl_group), "rank 0's issue order")
-            order = [int(x) for x in tensor]
+            order = [int(x) for x in tensor.tolist()]
         return order
 
     def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None) -> Config:
@@ -214,7 +214,7 @@ class _Window:
             mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at], dtype=torch.int64, device=self._cdev)
             out = [torch.zeros_like(mine) for _ in range(self.world_size)]
             self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), "reconfigure() on every rank")
-            seen = [tuple(int(x) for x in t) for t in out]
+            seen = [tuple(row) for row in torch.stack(out).tolist()]
             if len(set(seen)) > 1:
                 detail = ", ".join(f"rank {r}: partition_bytes={s[0]}, credit_bytes={s[1]}, at_iteration={s[2]}" for r, s in enumerate(seen))
                 raise ValueError(f"reconfigure must be called with the same arguments on every rank, but got {detail}.")

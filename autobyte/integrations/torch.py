@@ -20,9 +20,11 @@ What happens: each parameter's gradient is copied into its message as soon
 as autograd has accumulated it; messages (split/fused by
 :func:`autobyte.core.scheduler.plan_messages`) are all-reduced
 asynchronously under the credit window, in an order every rank shares; when
-all chunks of a parameter are averaged the optimizer updates that parameter
-alone, and each module's next forward waits only for its own parameters
-(cross-iteration overlap, as ByteScheduler's PyTorch plugin).
+all chunks of a parameter are averaged the optimizer updates it, in one
+multi-tensor step with every parameter completed at the same time, and each
+module's next forward waits only for its own parameters (cross-iteration
+overlap, as ByteScheduler's PyTorch plugin). On CUDA parameters the engine's
+work runs on a stream of its own, ordered by events (docs/torch.md, "GPU path").
 """
 
 from __future__ import annotations
@@ -150,6 +152,17 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
             if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
                 self._follow(self.coordinator.start(0, config))
         self.window_iters = window_iters
+        #: optimizer.step() calls the engine made to apply averaged gradients (overlap mode): one per
+        #: group of parameters completed together, not one per parameter
+        self.update_steps = 0
+        # CUDA parameters (set up in _start_distributed): the engine's stream and its events
+        self._stream: Any = None
+        self._nccl = False
+        self._compute_stream: Any = None
+        self._ready_ev: list[Any] = [None] * len(self.params)
+        self._update_ev: list[Any] = [None] * len(self.params)
+        self._update_seq = 0
+        self._waited: set[tuple[int, int]] = set()
 
         if self.active:
             self._start_distributed(process_group, timeout_s, optimizer)
@@ -183,6 +196,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 "micro-batches before the last one inside `with handle.no_sync():` (as with DDP), or pass overlap=False."
             )
         self._stepped = False
+        self._waited.clear()
         now = time.perf_counter()
         with self._stats_lock:
             if self._in_iteration:
@@ -305,6 +319,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         if self.active and not self._closed:
             self._raise_if_failed()
             self._wait_iteration(self._backward_iter, "the pending updates")
+            self._join_stream()  # CUDA: what the caller runs next sees the updates
 
     def close(self) -> None:
         """Finish pending work, remove hooks and give the optimizer its own class back."""
