@@ -77,6 +77,7 @@ class _Pipeline:
     _update_seq: int
     #: optimizer.step() calls the engine made for grouped updates (one per group)
     update_steps: int
+    thread_s: dict[str, float]
 
     def _use_stream(self) -> None:
         """Run this thread's device work on the engine's stream (and the parameters' device)."""
@@ -139,7 +140,9 @@ class _Pipeline:
                     for t in m.tensors:
                         if events[t] is not None:
                             self._stream.wait_event(events[t])  # device-side: the host does not wait
+                t_enter = time.perf_counter()
                 self._issue(m, plan.version)
+                self.thread_s["issue"] += time.perf_counter() - t_enter
                 in_flight.append((mi, m.nbytes))
                 in_flight_bytes += m.nbytes
                 nxt += 1
@@ -265,13 +268,17 @@ class _Pipeline:
                         backlog.append(nxt)
                 done: list[int] = []  # parameters whose last chunk arrived
                 for _, m, buf, view, work, t0 in batch:
+                    t_enter = time.perf_counter()
                     self._complete_message(m, buf, view, work, t0)
+                    self.thread_s["complete"] += time.perf_counter() - t_enter
                     for t in m.tensors:
                         chunks_left[t] -= 1
                         if chunks_left[t] == 0:
                             done.append(t)
                 if self.overlap:
+                    t_enter = time.perf_counter()
                     self._apply_updates(done, plan)
+                    self.thread_s["update"] += time.perf_counter() - t_enter
                 else:
                     for t in done:
                         self._updated[t].set()

@@ -69,6 +69,7 @@ class _SetUp:
     _ready_ev: list[Any]
     _update_ev: list[Any]
     _waited: set[tuple[int, int]]
+    host_s: dict[str, float]
 
     def _start_distributed(self, process_group: Any, timeout_s: float, optimizer: Any) -> None:
         backend = dist.get_backend(process_group)
@@ -178,6 +179,7 @@ class _SetUp:
         def hook(p: Any) -> None:
             if self._no_sync:
                 return  # accumulated locally; averaged with the next synchronised backward
+            t_enter = time.perf_counter()
             if p.grad is not None and p.grad.layout != torch.strided:
                 self._fail(ValueError(
                     f"parameter {self.tensors[i].name!r} got a {p.grad.layout} gradient; autobyte averages dense gradients only."
@@ -203,6 +205,7 @@ class _SetUp:
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
             self._updated[i].clear()
             self._ready_q.put(("ready", i, ev))
+            self.host_s["grad_hooks"] += time.perf_counter() - t_enter
 
         return hook
 
@@ -224,6 +227,7 @@ class _SetUp:
 
     def _make_wait_hook(self, own: Sequence[int]) -> Callable[..., None]:
         def hook(module: Any, args: Any) -> None:
+            t_enter = time.perf_counter()
             for i in own:
                 if not self._updated[i].is_set():
                     self._wait(self._updated[i], f"the update of parameter {self.tensors[i].name!r}")
@@ -237,6 +241,7 @@ class _SetUp:
                         if key not in self._waited:
                             self._waited.add(key)
                             stream.wait_event(done[1])
+            self.host_s["forward_waits"] += time.perf_counter() - t_enter
 
         return hook
 

@@ -107,14 +107,15 @@ class _Window:
             return
         src = self._src
         with torch.no_grad():
-            flat = torch.cat([b.detach().reshape(-1).to(torch.float64) for b in bufs])
+            # One flat float64 message (exact for integer counters too), made and unpacked in one
+            # launch each; rank 0's buffers are the source and stay as they are.
+            flat = torch.empty(sum(b.numel() for b in bufs), dtype=torch.float64, device=bufs[0].device)
+            torch.cat([b.detach().reshape(-1) for b in bufs], out=flat)
             self._control(2, len(bufs), flat.numel())
             self._collective(lambda: dist.broadcast(flat, src, group=self.ctl_group), "rank 0's buffers")
-            off = 0
-            for b in bufs:
-                n = b.numel()
-                b.copy_(flat[off:off + n].view_as(b).to(b.dtype))
-                off += n
+            if self.rank != 0:
+                parts = flat.split([b.numel() for b in bufs])
+                torch._foreach_copy_(bufs, [v.view_as(b) for v, b in zip(parts, bufs)])
 
     def _agree_on_start(self) -> None:
         """Every rank starts from rank 0's configuration (a tuner may pick a random first probe)."""

@@ -155,6 +155,12 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         #: optimizer.step() calls the engine made to apply averaged gradients (overlap mode): one per
         #: group of parameters completed together, not one per parameter
         self.update_steps = 0
+        #: host seconds the training loop spent in the engine since the start: at each iteration's start
+        #: (agreement, buffer broadcast), in the gradient hooks, and in the forward hooks waiting for updates
+        self.host_s = {"iteration_start": 0.0, "grad_hooks": 0.0, "forward_waits": 0.0}
+        #: host seconds the engine's threads spent issuing messages, completing them (waiting for the
+        #: collective included) and applying updates
+        self.thread_s = {"issue": 0.0, "complete": 0.0, "update": 0.0}
         # CUDA parameters (set up in _start_distributed): the engine's stream and its events
         self._stream: Any = None
         self._nccl = False
@@ -187,6 +193,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         made with ``iteration_hooks=False``. Returns the iteration number.
         """
         self._raise_if_failed()
+        t_enter = time.perf_counter()
         if self.active and self.overlap and self.optimizer is not None and not self._stepped and self._backward_iter == self.iteration >= 0:
             self._stepped = True  # said once; the caller fixes the loop
             raise RuntimeError(
@@ -234,6 +241,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 self.stats.begin_iteration(now)
                 self._in_iteration = True
         self._batch = batch
+        self.host_s["iteration_start"] += time.perf_counter() - t_enter
         return it
 
     def add_samples(self, batch: int) -> None:
