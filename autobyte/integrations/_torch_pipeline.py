@@ -204,8 +204,15 @@ class _Pipeline:
             buf = self._fused_buffer(m, version)
             view = self._bound(m, buf)
             if not view:
-                # One copy for the whole message (fused segments are whole tensors).
-                torch.cat([self.params[sg.tensor].grad.reshape(-1)[sg.start:sg.stop] for sg in segs], out=buf)
+                parts = [self.params[sg.tensor].grad.reshape(-1)[sg.start:sg.stop] for sg in segs]
+                if any(g.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr() for g in parts):
+                    # Some gradients are still views into buf (others were replaced): copy one by one.
+                    off = 0
+                    for g in parts:
+                        buf[off:off + g.numel()].copy_(g)
+                        off += g.numel()
+                else:
+                    torch.cat(parts, out=buf)  # one copy for the whole message (fused segments are whole tensors)
         t0 = time.perf_counter()
         work = dist.all_reduce(buf, group=self.comm_group, async_op=True)
         self._done_q.put(("msg", m, buf, view, work, t0))
