@@ -193,23 +193,25 @@ def worker(opts: dict[str, Any]) -> None:
 
     for r in runners:
         run(r, int(opts["warmup"]))
+    def counters(h: Any) -> tuple[dict[str, float], dict[str, float], int | None]:
+        # an engine older than its host counters (a before/after comparison) reports none
+        return dict(getattr(h, "host_s", {})), dict(getattr(h, "thread_s", {})), getattr(h, "update_steps", None)
+
     for r in runners:
         r["times"] = []
         if r["handle"] is not None:
-            r["host0"] = dict(r["handle"].host_s)
-            r["thread0"] = dict(r["handle"].thread_s)
-            r["updates0"] = r["handle"].update_steps
+            r["host0"], r["thread0"], r["updates0"] = counters(r["handle"])
     iters = int(opts["iters"])
     for _ in range(int(opts["rounds"])):
         for r in runners:
             r["times"].append(run(r, iters))
     total_iters = iters * int(opts["rounds"])
     for r in runners:  # the engine's counters over the timed rounds only (before the profiled iterations)
-        h = r["handle"]
-        if h is not None:
-            r["host_ms_per_iter"] = {k: (h.host_s[k] - r["host0"][k]) * 1e3 / total_iters for k in h.host_s}
-            r["thread_ms_per_iter"] = {k: (h.thread_s[k] - r["thread0"][k]) * 1e3 / total_iters for k in h.thread_s}
-            r["optimizer_steps_per_iter"] = (h.update_steps - r["updates0"]) / total_iters
+        if r["handle"] is not None:
+            host, thread, updates = counters(r["handle"])
+            r["host_ms_per_iter"] = {k: (host[k] - r["host0"][k]) * 1e3 / total_iters for k in host}
+            r["thread_ms_per_iter"] = {k: (thread[k] - r["thread0"][k]) * 1e3 / total_iters for k in thread}
+            r["optimizer_steps_per_iter"] = None if updates is None else (updates - r["updates0"]) / total_iters
 
     profiles: dict[str, Any] = {}
     prof_all_threads = None

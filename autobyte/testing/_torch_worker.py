@@ -5,7 +5,8 @@ usage: python -m autobyte.testing._torch_worker OUT_DIR JOB_JSON
 ``JOB_JSON`` is an :class:`autobyte.testing.engine_contract.Job` as a dict,
 plus ``scenario`` (``"job"``, default; ``"trace"``; ``"mismatch"``),
 ``optimizer`` (``"sgd"``, ``"sgd_nesterov"``, ``"adam"``, ``"adamw"``), ``overlap`` and
-``backend`` (``"gloo"``; ``"nccl"`` uses one GPU per rank). Writes
+``backend`` (``"gloo"``; ``"nccl"`` uses one GPU per rank) and ``device``
+(``"cuda"`` with gloo: CUDA tensors, the ranks may share one GPU). Writes
 ``OUT_DIR/rank{r}.json`` (what the engine did) and ``OUT_DIR/rank{r}.npz``
 (the parameters after each configuration's run, no pickle).
 """
@@ -178,6 +179,9 @@ def main() -> None:
     backend = job.get("backend", "gloo")
     if backend == "nccl":
         DEVICE = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(DEVICE)
+    elif job.get("device") == "cuda":  # gloo with CUDA tensors: the ranks may share one GPU
+        DEVICE = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
         torch.cuda.set_device(DEVICE)
     dist.init_process_group(backend)
     rank = dist.get_rank()

@@ -69,3 +69,13 @@ def test_cpu_parameters_take_no_cuda_path():
     h = schedule(m, torch.optim.SGD(m.parameters(), lr=0.1))
     assert h._stream is None and h._nccl is False and h.update_steps == 0
     h.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none lent to this run")
+@pytest.mark.parametrize("optimizer, overlap", [("sgd", True), ("adamw", True), ("adam", False)])
+def test_cuda_tensors_over_gloo_match_ddp(tmp_path, optimizer, overlap):
+    # the engine's stream and events: 2 ranks on one GPU, gloo with CUDA tensors, against DDP the same way
+    harness = ec.TorchHarness(optimizer=optimizer, overlap=overlap, device="cuda")
+    harness.equivalence_configs = ((4 * KiB, 8 * KiB, 0), (25 * MiB, 25 * MiB, 0), (8 * KiB, 32 * KiB, 3))
+    ec.check_matches_unscheduled(harness, tmp_path)
