@@ -69,7 +69,27 @@ class _SetUp:
     _ready_ev: list[Any]
     _update_ev: list[Any]
     _waited: set[tuple[int, int]]
+    _update_seq: int
     host_s: dict[str, float]
+    thread_s: dict[str, float]
+    update_steps: int
+
+    def _init_counters_and_streams(self) -> None:
+        # update_steps: the optimizer.step() calls the engine made (overlap mode: one per group of
+        # parameters completed together); host_s: host seconds the training loop spent in the engine;
+        # thread_s: host seconds of the engine's threads (complete includes waiting for the collective)
+        self.update_steps = 0
+        self.host_s = {"iteration_start": 0.0, "grad_hooks": 0.0, "forward_waits": 0.0}
+        self.thread_s = {"issue": 0.0, "complete": 0.0, "update": 0.0}
+        # CUDA parameters (made in _start_distributed): the engine's stream; per parameter, the event
+        # after its gradient's accumulation and (sequence number, event) after its latest update
+        self._stream = None
+        self._nccl = False
+        self._compute_stream = None
+        self._ready_ev = [None] * len(self.params)
+        self._update_ev = [None] * len(self.params)
+        self._update_seq = 0
+        self._waited = set()  # (update sequence number, stream) waited on in this iteration
 
     def _start_distributed(self, process_group: Any, timeout_s: float, optimizer: Any) -> None:
         backend = dist.get_backend(process_group)

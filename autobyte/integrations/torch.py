@@ -20,11 +20,10 @@ What happens: each parameter's gradient is copied into its message as soon
 as autograd has accumulated it; messages (split/fused by
 :func:`autobyte.core.scheduler.plan_messages`) are all-reduced
 asynchronously under the credit window, in an order every rank shares; when
-all chunks of a parameter are averaged the optimizer updates it, in one
-multi-tensor step with every parameter completed at the same time, and each
-module's next forward waits only for its own parameters (cross-iteration
-overlap, as ByteScheduler's PyTorch plugin). On CUDA parameters the engine's
-work runs on a stream of its own, ordered by events (docs/torch.md, "GPU path").
+all chunks of a parameter are averaged the optimizer updates it (one
+multi-tensor step for all parameters completed together), and each module's
+next forward waits only for its own parameters (cross-iteration overlap, as
+ByteScheduler's PyTorch plugin). CUDA: docs/torch.md, "GPU path".
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
     collective call: every rank must pass the same values), :meth:`synchronize`
     before reading parameters outside the training loop, :meth:`window_stats`
     for statistics, :meth:`no_sync` for gradient accumulation and :meth:`close`
-    to restore the model and optimizer.
+    to restore the model and optimizer. Counters: ``update_steps``, ``host_s``, ``thread_s`` (docs/torch.md).
     """
 
     def __init__(
@@ -152,23 +151,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
             if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
                 self._follow(self.coordinator.start(0, config))
         self.window_iters = window_iters
-        #: optimizer.step() calls the engine made to apply averaged gradients (overlap mode): one per
-        #: group of parameters completed together, not one per parameter
-        self.update_steps = 0
-        #: host seconds the training loop spent in the engine since the start: at each iteration's start
-        #: (agreement, buffer broadcast), in the gradient hooks, and in the forward hooks waiting for updates
-        self.host_s = {"iteration_start": 0.0, "grad_hooks": 0.0, "forward_waits": 0.0}
-        #: host seconds the engine's threads spent issuing messages, completing them (waiting for the
-        #: collective included) and applying updates
-        self.thread_s = {"issue": 0.0, "complete": 0.0, "update": 0.0}
-        # CUDA parameters (set up in _start_distributed): the engine's stream and its events
-        self._stream: Any = None
-        self._nccl = False
-        self._compute_stream: Any = None
-        self._ready_ev: list[Any] = [None] * len(self.params)
-        self._update_ev: list[Any] = [None] * len(self.params)
-        self._update_seq = 0
-        self._waited: set[tuple[int, int]] = set()
+        self._init_counters_and_streams()
 
         if self.active:
             self._start_distributed(process_group, timeout_s, optimizer)
