@@ -61,7 +61,8 @@ class _Failures:
         out = [torch.zeros_like(mine) for _ in range(self.world_size)]
         what = "the other ranks to call reconfigure() (a collective call: every rank must call it)" if kind == 4 else f"the {_CONTROL_KINDS[kind]} of every rank"
         self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), what)
-        seen = [tuple(int(x) for x in t) for t in out]
+        # One copy to the host for every rank's header (with NCCL the header is a device tensor).
+        seen = [tuple(row) for row in torch.stack(out).tolist()]
         if len(set(seen)) == 1:
             return
         detail = ", ".join(f"rank {r}: {_CONTROL_KINDS.get(k, f'kind {k}')} ({x}, {y}) at iteration {i}" for r, (k, x, y, i) in enumerate(seen))

@@ -3,8 +3,16 @@
 Two threads per handle: the issuer starts each message's all-reduce in the
 iteration's agreed order as its gradients become ready and the credit
 allows; the completer waits for each in issue order, averages, copies back
-fused messages and (in overlap mode) updates each parameter as soon as all
-of its chunks are done.
+fused messages and (in overlap mode) updates the parameters whose chunks are
+all done: every parameter completed by one message, or by the messages found
+complete together, in one optimizer step (its multi-tensor path).
+
+On CUDA parameters both threads run on the engine's own stream
+(``_stream``): the issuer makes it wait on the event each gradient hook
+recorded where autograd produced the gradient, the update runs on it after
+the collective, and each module's next forward waits on the update's event;
+no thread of the engine blocks the host on the device except the completer
+(gloo's host copy; with NCCL, to learn a message's end for the credit).
 """
 
 from __future__ import annotations
@@ -59,9 +67,27 @@ class _Pipeline:
     _shadow: Any
     _fail: Any
     _finish_iteration: Any
+    #: the engine's CUDA stream (communication and updates), None on CPU
+    _stream: Any
+    _nccl: bool
+    #: the stream autograd produced gradients on (seen by the gradient hooks), CUDA only
+    _compute_stream: Any
+    #: per parameter: (sequence number, CUDA event recorded after its latest update), CUDA only
+    _update_ev: list[Any]
+    _update_seq: int
+    #: optimizer.step() calls the engine made for grouped updates (one per group)
+    update_steps: int
+    thread_s: dict[str, float]
+
+    def _use_stream(self) -> None:
+        """Run this thread's device work on the engine's stream (and the parameters' device)."""
+        if self._stream is not None:
+            torch.cuda.set_device(self.device)
+            torch.cuda.set_stream(self._stream)
 
     def _issue_loop(self) -> None:
         try:
+            self._use_stream()
             self._issue_loop_inner()
         except BaseException as exc:  # noqa: BLE001 - reported to the main thread
             self._fail(exc)
@@ -87,6 +113,7 @@ class _Pipeline:
         msgs = plan.messages
         n_params = len(self.params)
         ready = [False] * n_params
+        events: list[Any] = [None] * n_params  # CUDA: the event after each gradient's accumulation
         missing = [len(m.tensors) for m in msgs]
         by_tensor: list[list[int]] = [[] for _ in range(n_params)]
         for m in msgs:
@@ -109,7 +136,13 @@ class _Pipeline:
                     break
                 if in_flight and in_flight_bytes + m.nbytes > plan.credit_bytes:
                     break
+                if self._stream is not None:
+                    for t in m.tensors:
+                        if events[t] is not None:
+                            self._stream.wait_event(events[t])  # device-side: the host does not wait
+                t_enter = time.perf_counter()
                 self._issue(m, plan.version)
+                self.thread_s["issue"] += time.perf_counter() - t_enter
                 in_flight.append((mi, m.nbytes))
                 in_flight_bytes += m.nbytes
                 nxt += 1
@@ -119,6 +152,7 @@ class _Pipeline:
                 i = cmd[1]
                 if not ready[i]:
                     ready[i] = True
+                    events[i] = cmd[2] if len(cmd) > 2 else None
                     for mi in by_tensor[i]:
                         missing[mi] -= 1
                         if missing[mi] == 0:
@@ -128,7 +162,9 @@ class _Pipeline:
                 for i, p in enumerate(self.params):
                     if not ready[i]:
                         if p.grad is None:
-                            p.grad = torch.zeros_like(p)
+                            p.grad = torch.zeros_like(p)  # on the engine's stream, where it is used next
+                            if self._stream is not None and self._compute_stream is not None:
+                                p.grad.record_stream(self._compute_stream)  # the user's step may read it there
                         self._updated[i].clear()
                         self._ready_q.put(("ready", i))
             elif kind == "done":
@@ -153,6 +189,10 @@ class _Pipeline:
             p = self.params[t]
             if not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
+            if self._stream is not None:
+                # Made on autograd's stream, read and freed on the engine's: the allocator
+                # must not hand its memory out again before this stream is done with it.
+                p.grad.record_stream(self._stream)
         if len(segs) == 1:
             g = self.params[segs[0].tensor].grad
             buf = g.view(-1)[segs[0].start:segs[0].stop]
@@ -164,10 +204,15 @@ class _Pipeline:
             buf = self._fused_buffer(m, version)
             view = self._bound(m, buf)
             if not view:
-                off = 0
-                for sg in segs:
-                    buf[off:off + sg.numel].copy_(self.params[sg.tensor].grad.reshape(-1)[sg.start:sg.stop])
-                    off += sg.numel
+                parts = [self.params[sg.tensor].grad.reshape(-1)[sg.start:sg.stop] for sg in segs]
+                if any(g.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr() for g in parts):
+                    # Some gradients are still views into buf (others were replaced): copy one by one.
+                    off = 0
+                    for g in parts:
+                        buf[off:off + g.numel()].copy_(g)
+                        off += g.numel()
+                else:
+                    torch.cat(parts, out=buf)  # one copy for the whole message (fused segments are whole tensors)
         t0 = time.perf_counter()
         work = dist.all_reduce(buf, group=self.comm_group, async_op=True)
         self._done_q.put(("msg", m, buf, view, work, t0))
@@ -201,9 +246,11 @@ class _Pipeline:
     def _complete_loop(self) -> None:
         plan: _IterPlan | None = None
         chunks_left: list[int] = []
+        backlog: deque[tuple] = deque()  # at most one command taken from the queue while grouping
         try:
+            self._use_stream()
             while True:
-                cmd = self._done_q.get()
+                cmd = backlog.popleft() if backlog else self._done_q.get()
                 if cmd[0] == "stop":
                     return
                 if cmd[0] == "iter":
@@ -213,56 +260,124 @@ class _Pipeline:
                 if cmd[0] == "abandon":
                     self._finish_iteration(cmd[1])
                     continue
-                _, m, buf, view, work, t0 = cmd
                 if plan is None:
                     raise RuntimeError("autobyte: internal error, a message completed before its iteration began")
-                work.wait()
-                t1 = time.perf_counter()
-                with torch.no_grad():
-                    buf.div_(self.world_size)
-                    if not view:
-                        off = 0
-                        for s in m.segments:
-                            n = s.numel
-                            self.params[s.tensor].grad.view(-1)[s.start:s.stop].copy_(buf[off:off + n])
-                            off += n
-                with self._stats_lock:
-                    self.stats.message_done(m.nbytes, t0, t1)
-                if self.timeline is not None:
-                    self.timeline.span(f"msg {m.index}", "communication", t0, t1, bytes=m.nbytes, priority=m.priority, chunk=m.chunk,
-                                       tensors=[self.tensors[t].name for t in m.tensors])
-                for t in m.tensors:
-                    chunks_left[t] -= 1
-                    if chunks_left[t] == 0:
-                        if self.overlap:
-                            self._apply_update(t, plan)
-                        else:
-                            self._updated[t].set()
-                self._ready_q.put(("done",))
-                n_left -= 1
+                # Messages whose collective has already finished behind this one join its update.
+                batch = [cmd]
+                while not backlog:
+                    try:
+                        nxt = self._done_q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt[0] == "msg" and nxt[4].is_completed():
+                        batch.append(nxt)
+                    else:
+                        backlog.append(nxt)
+                done: list[int] = []  # parameters whose last chunk arrived
+                for _, m, buf, view, work, t0 in batch:
+                    t_enter = time.perf_counter()
+                    self._complete_message(m, buf, view, work, t0)
+                    self.thread_s["complete"] += time.perf_counter() - t_enter
+                    for t in m.tensors:
+                        chunks_left[t] -= 1
+                        if chunks_left[t] == 0:
+                            done.append(t)
+                if self.overlap:
+                    t_enter = time.perf_counter()
+                    self._apply_updates(done, plan)
+                    self.thread_s["update"] += time.perf_counter() - t_enter
+                else:
+                    for t in done:
+                        self._updated[t].set()
+                for _ in batch:
+                    self._ready_q.put(("done",))
+                n_left -= len(batch)
                 if n_left == 0:
                     self._finish_iteration(plan.iteration)
         except BaseException as exc:  # noqa: BLE001 - reported to the main thread
             self._fail(exc)
             self._ready_q.put(("failed",))
 
-    def _apply_update(self, t: int, plan: _IterPlan) -> None:
-        p = self.params[t]
-        gi = self._group_of.get(id(p))
-        if gi is not None:
+    def _complete_message(self, m: Message, buf: Any, view: bool, work: Any, t0: float) -> None:
+        """Wait for message ``m``'s all-reduce, average it and copy it back to the gradients it does not view."""
+        # CPU: blocks until the sum is in buf. CUDA: makes this thread's stream (the engine's) wait
+        # for the collective; gloo also blocks the host here until its copy through host memory is done.
+        work.wait()
+        if self._nccl:
+            # NCCL's wait returns before the collective ends; the credit and the statistics need its
+            # end. This thread (not the training loop) sleeps until then, without spinning.
+            ev = torch.cuda.Event(blocking=True)
+            ev.record()
+            ev.synchronize()
+        t1 = time.perf_counter()
+        with torch.no_grad():
+            buf.div_(self.world_size)
+            if not view:
+                dst, src, off = [], [], 0
+                for s in m.segments:
+                    dst.append(self.params[s.tensor].grad.view(-1)[s.start:s.stop])
+                    src.append(buf[off:off + s.numel])
+                    off += s.numel
+                if len(dst) == 1:
+                    dst[0].copy_(src[0])
+                else:
+                    torch._foreach_copy_(dst, src)  # one multi-tensor launch on CUDA
+        with self._stats_lock:
+            self.stats.message_done(m.nbytes, t0, t1)
+        if self.timeline is not None:
+            self.timeline.span(f"msg {m.index}", "communication", t0, t1, bytes=m.nbytes, priority=m.priority, chunk=m.chunk,
+                               tensors=[self.tensors[t].name for t in m.tensors])
+
+    def _apply_updates(self, done: list[int], plan: _IterPlan) -> None:
+        """Update the parameters ``done`` in one optimizer step, then give each a cleared gradient.
+
+        One step over every optimizer group involved, each restricted to its parameters among
+        ``done``, with the hyper-parameters the iteration began with; ``foreach`` left unset
+        becomes True (the multi-tensor path: one launch per operation for the whole group on
+        CUDA); a ``fused`` or ``foreach`` you set is kept.
+        """
+        if not done:
+            return
+        by_group: dict[int, list[Any]] = {}
+        for t in done:
+            gi = self._group_of.get(id(self.params[t]))
+            if gi is not None:
+                by_group.setdefault(gi, []).append(self.params[t])
+        if by_group:
             t0 = time.perf_counter()
-            group = dict(plan.hypers[gi])
-            group["params"] = [p]
-            self._shadow.param_groups = [group]
+            groups = []
+            for gi, ps in by_group.items():
+                group = dict(plan.hypers[gi])
+                group["params"] = ps
+                if "foreach" in group and group["foreach"] is None and not group.get("fused") and not group.get("differentiable"):
+                    group["foreach"] = True
+                groups.append(group)
+            self._shadow.param_groups = groups
             base_class(self.optimizer).step(self._shadow)
+            self.update_steps += 1
             if self.timeline is not None:
-                self.timeline.span(f"update {self.tensors[t].name}", "update", t0, time.perf_counter())
-        slot = self._slot.get(t)
-        if slot is not None:
-            buf, off = slot
-            view = buf[off:off + p.numel()].view_as(p)
-            view.zero_()  # the next backward accumulates into the message buffer in place
-            p.grad = view
-        else:
-            p.grad = None
-        self._updated[t].set()
+                names = [self.tensors[t].name for t in done]
+                self.timeline.span(f"update {names[0]}" + (f" +{len(names) - 1}" if len(names) > 1 else ""), "update", t0,
+                                   time.perf_counter(), tensors=names)
+        views = []
+        for t in done:
+            p = self.params[t]
+            slot = self._slot.get(t)
+            if slot is not None:
+                buf, off = slot
+                view = buf[off:off + p.numel()].view_as(p)
+                views.append(view)
+                p.grad = view  # the next backward accumulates into the message buffer in place
+            else:
+                p.grad = None
+        if views:
+            torch._foreach_zero_(views)
+        if self._stream is not None:
+            # The next forward of each module waits for this event on its own stream (device-side).
+            ev = torch.cuda.Event()
+            ev.record()
+            self._update_seq += 1
+            for t in done:
+                self._update_ev[t] = (self._update_seq, ev)
+        for t in done:
+            self._updated[t].set()

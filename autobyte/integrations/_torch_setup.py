@@ -63,6 +63,33 @@ class _SetUp:
     _root_pre_forward: Any
     _root_post_forward: Any
     synchronize: Any
+    _stream: Any
+    _nccl: bool
+    _compute_stream: Any
+    _ready_ev: list[Any]
+    _update_ev: list[Any]
+    _waited: set[tuple[int, int]]
+    _update_seq: int
+    host_s: dict[str, float]
+    thread_s: dict[str, float]
+    update_steps: int
+
+    def _init_counters_and_streams(self) -> None:
+        # update_steps: the optimizer.step() calls the engine made (overlap mode: one per group of
+        # parameters completed together); host_s: host seconds the training loop spent in the engine;
+        # thread_s: host seconds of the engine's threads (complete includes waiting for the collective)
+        self.update_steps = 0
+        self.host_s = {"iteration_start": 0.0, "grad_hooks": 0.0, "forward_waits": 0.0}
+        self.thread_s = {"issue": 0.0, "complete": 0.0, "update": 0.0}
+        # CUDA parameters (made in _start_distributed): the engine's stream; per parameter, the event
+        # after its gradient's accumulation and (sequence number, event) after its latest update
+        self._stream = None
+        self._nccl = False
+        self._compute_stream = None
+        self._ready_ev = [None] * len(self.params)
+        self._update_ev = [None] * len(self.params)
+        self._update_seq = 0
+        self._waited = set()  # (update sequence number, stream) waited on in this iteration
 
     def _start_distributed(self, process_group: Any, timeout_s: float, optimizer: Any) -> None:
         backend = dist.get_backend(process_group)
@@ -78,6 +105,11 @@ class _SetUp:
         self.device = self.params[0].device
         # NCCL collectives need device tensors; gloo takes CPU tensors.
         self._cdev = self.device if backend == "nccl" else torch.device("cpu")
+        if self.device.type == "cuda" and all(p.device == self.device for p in self.params):
+            # The engine's own stream: collectives are issued and updates run on it, ordered
+            # after each gradient by events, so autograd's stream never waits for them.
+            self._stream = torch.cuda.Stream(self.device)
+            self._nccl = backend == "nccl"
         self._peers = self._exchange_identity()
         n_state = sum(t.numel() for t in list(self.params) + list(self.model.buffers()))
         self._control(1, len(self.params), n_state)
@@ -167,11 +199,21 @@ class _SetUp:
         def hook(p: Any) -> None:
             if self._no_sync:
                 return  # accumulated locally; averaged with the next synchronised backward
+            t_enter = time.perf_counter()
             if p.grad is not None and p.grad.layout != torch.strided:
                 self._fail(ValueError(
                     f"parameter {self.tensors[i].name!r} got a {p.grad.layout} gradient; autobyte averages dense gradients only."
                 ))
                 raise self._error  # type: ignore[misc]
+            ev = None
+            if self._stream is not None:
+                # Recorded on the stream autograd accumulated this gradient on (its current
+                # stream here); the engine's stream waits on it before reading the gradient.
+                self._compute_stream = torch.cuda.current_stream(p.device)
+                ev = self._ready_ev[i]
+                if ev is None:
+                    ev = self._ready_ev[i] = torch.cuda.Event()
+                ev.record(self._compute_stream)
             now = time.perf_counter()
             with self._stats_lock:
                 self.stats.grad_ready(i, now)
@@ -182,7 +224,8 @@ class _SetUp:
                 self._backward_iter = self.iteration
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
             self._updated[i].clear()
-            self._ready_q.put(("ready", i))
+            self._ready_q.put(("ready", i, ev))
+            self.host_s["grad_hooks"] += time.perf_counter() - t_enter
 
         return hook
 
@@ -193,12 +236,32 @@ class _SetUp:
         self._ready_q.put(("end",))
         if not self.overlap:
             self._wait_iteration(self._backward_iter, "all gradients of this iteration")
+            # Autograd runs final callbacks on the streams current around backward(): the
+            # user's step() after it reads the averaged gradients in order (device-side).
+            self._join_stream()
+
+    def _join_stream(self) -> None:
+        """Order the calling thread's current stream after everything the engine's stream has queued."""
+        if self._stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
 
     def _make_wait_hook(self, own: Sequence[int]) -> Callable[..., None]:
         def hook(module: Any, args: Any) -> None:
+            t_enter = time.perf_counter()
             for i in own:
                 if not self._updated[i].is_set():
                     self._wait(self._updated[i], f"the update of parameter {self.tensors[i].name!r}")
+                if self._stream is not None:
+                    # The update is queued on the engine's stream: this module's kernels wait for
+                    # it on the device, once per update group and iteration; the host goes on.
+                    done = self._update_ev[i]
+                    if done is not None:
+                        stream = torch.cuda.current_stream(self.device)
+                        key = (done[0], stream.cuda_stream)
+                        if key not in self._waited:
+                            self._waited.add(key)
+                            stream.wait_event(done[1])
+            self.host_s["forward_waits"] += time.perf_counter() - t_enter
 
         return hook
 

@@ -64,7 +64,7 @@ class _ControlCollective:
         h._control(3, vec.numel())
         out = [torch.zeros_like(vec) for _ in range(h.world_size)]
         h._collective(lambda: dist.all_gather(out, vec, group=h.ctl_group), "every rank's window statistics")
-        return [o.cpu().numpy() for o in out]
+        return list(torch.stack(out).cpu().numpy())  # one copy to the host (a device tensor with NCCL)
 
     def broadcast(self, vector: np.ndarray) -> np.ndarray:
         h = self._h
@@ -107,14 +107,15 @@ class _Window:
             return
         src = self._src
         with torch.no_grad():
-            flat = torch.cat([b.detach().reshape(-1).to(torch.float64) for b in bufs])
+            # One flat float64 message (exact for integer counters too), made and unpacked in one
+            # launch each; rank 0's buffers are the source and stay as they are.
+            flat = torch.empty(sum(b.numel() for b in bufs), dtype=torch.float64, device=bufs[0].device)
+            torch.cat([b.detach().reshape(-1) for b in bufs], out=flat)
             self._control(2, len(bufs), flat.numel())
             self._collective(lambda: dist.broadcast(flat, src, group=self.ctl_group), "rank 0's buffers")
-            off = 0
-            for b in bufs:
-                n = b.numel()
-                b.copy_(flat[off:off + n].view_as(b).to(b.dtype))
-                off += n
+            if self.rank != 0:
+                parts = flat.split([b.numel() for b in bufs])
+                torch._foreach_copy_(bufs, [v.view_as(b) for v, b in zip(parts, bufs)])
 
     def _agree_on_start(self) -> None:
         """Every rank starts from rank 0's configuration (a tuner may pick a random first probe)."""
@@ -183,7 +184,7 @@ class _Window:
             src = self._src
             self._control(5, len(order))
             self._collective(lambda: dist.broadcast(tensor, src, group=self.ctl_group), "rank 0's issue order")
-            order = [int(x) for x in tensor]
+            order = [int(x) for x in tensor.tolist()]
         return order
 
     def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None) -> Config:
@@ -214,7 +215,7 @@ class _Window:
             mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at], dtype=torch.int64, device=self._cdev)
             out = [torch.zeros_like(mine) for _ in range(self.world_size)]
             self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), "reconfigure() on every rank")
-            seen = [tuple(int(x) for x in t) for t in out]
+            seen = [tuple(row) for row in torch.stack(out).tolist()]
             if len(set(seen)) > 1:
                 detail = ", ".join(f"rank {r}: partition_bytes={s[0]}, credit_bytes={s[1]}, at_iteration={s[2]}" for r, s in enumerate(seen))
                 raise ValueError(f"reconfigure must be called with the same arguments on every rank, but got {detail}.")

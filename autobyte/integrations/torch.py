@@ -20,9 +20,10 @@ What happens: each parameter's gradient is copied into its message as soon
 as autograd has accumulated it; messages (split/fused by
 :func:`autobyte.core.scheduler.plan_messages`) are all-reduced
 asynchronously under the credit window, in an order every rank shares; when
-all chunks of a parameter are averaged the optimizer updates that parameter
-alone, and each module's next forward waits only for its own parameters
-(cross-iteration overlap, as ByteScheduler's PyTorch plugin).
+all chunks of a parameter are averaged the optimizer updates it (one
+multi-tensor step for all parameters completed together), and each module's
+next forward waits only for its own parameters (cross-iteration overlap, as
+ByteScheduler's PyTorch plugin). CUDA: docs/torch.md, "GPU path".
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
     collective call: every rank must pass the same values), :meth:`synchronize`
     before reading parameters outside the training loop, :meth:`window_stats`
     for statistics, :meth:`no_sync` for gradient accumulation and :meth:`close`
-    to restore the model and optimizer.
+    to restore the model and optimizer. Counters: ``update_steps``, ``host_s``, ``thread_s`` (docs/torch.md).
     """
 
     def __init__(
@@ -150,6 +151,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
             if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
                 self._follow(self.coordinator.start(0, config))
         self.window_iters = window_iters
+        self._init_counters_and_streams()
 
         if self.active:
             self._start_distributed(process_group, timeout_s, optimizer)
@@ -174,6 +176,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         made with ``iteration_hooks=False``. Returns the iteration number.
         """
         self._raise_if_failed()
+        t_enter = time.perf_counter()
         if self.active and self.overlap and self.optimizer is not None and not self._stepped and self._backward_iter == self.iteration >= 0:
             self._stepped = True  # said once; the caller fixes the loop
             raise RuntimeError(
@@ -183,6 +186,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 "micro-batches before the last one inside `with handle.no_sync():` (as with DDP), or pass overlap=False."
             )
         self._stepped = False
+        self._waited.clear()
         now = time.perf_counter()
         with self._stats_lock:
             if self._in_iteration:
@@ -220,6 +224,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 self.stats.begin_iteration(now)
                 self._in_iteration = True
         self._batch = batch
+        self.host_s["iteration_start"] += time.perf_counter() - t_enter
         return it
 
     def add_samples(self, batch: int) -> None:
@@ -305,6 +310,7 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         if self.active and not self._closed:
             self._raise_if_failed()
             self._wait_iteration(self._backward_iter, "the pending updates")
+            self._join_stream()  # CUDA: what the caller runs next sees the updates
 
     def close(self) -> None:
         """Finish pending work, remove hooks and give the optimizer its own class back."""

@@ -4,8 +4,9 @@ usage: python -m autobyte.testing._torch_worker OUT_DIR JOB_JSON
 
 ``JOB_JSON`` is an :class:`autobyte.testing.engine_contract.Job` as a dict,
 plus ``scenario`` (``"job"``, default; ``"trace"``; ``"mismatch"``),
-``optimizer`` (``"sgd"``, ``"adam"``, ``"adamw"``), ``overlap`` and
-``backend`` (``"gloo"``; ``"nccl"`` uses one GPU per rank). Writes
+``optimizer`` (``"sgd"``, ``"sgd_nesterov"``, ``"adam"``, ``"adamw"``), ``overlap`` and
+``backend`` (``"gloo"``; ``"nccl"`` uses one GPU per rank) and ``device``
+(``"cuda"`` with gloo: CUDA tensors, the ranks may share one GPU). Writes
 ``OUT_DIR/rank{r}.json`` (what the engine did) and ``OUT_DIR/rank{r}.npz``
 (the parameters after each configuration's run, no pickle).
 """
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from autobyte.core import KiB, MiB
 from autobyte.integrations.torch import PeerLostError, schedule
@@ -59,6 +61,8 @@ def make(opt_name: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     o: torch.optim.Optimizer
     if opt_name == "sgd":
         o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    elif opt_name == "sgd_nesterov":
+        o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
     elif opt_name == "adamw":
         o = torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01)
     else:
@@ -115,6 +119,8 @@ def train_scheduled(job: dict[str, Any], data: list, rank: int, partition: int, 
                  window_iters=job.get("window_iters", 5), warmup_iters=job.get("warmup_iters", 2), verbose=False)
     die_at = job.get("die_at")
     t_lost = None
+    step_calls = [0]  # Optimizer.step() calls that ran: overlap mode, the engine's updates; synchronous, the user's
+    counter = register_optimizer_step_post_hook(lambda *_a: step_calls.__setitem__(0, step_calls[0] + 1))
     try:
         for i, (x, y) in enumerate(data):
             if die_at is not None and i == die_at:
@@ -128,6 +134,8 @@ def train_scheduled(job: dict[str, Any], data: list, rank: int, partition: int, 
     except PeerLostError as exc:
         waited = time.monotonic() - (t_lost if t_lost is not None else time.monotonic())
         return {"error": type(exc).__name__, "message": str(exc), "waited": waited}
+    finally:
+        counter.remove()
     out = {
         "params": params(m),
         "config": h.config.to_dict(),
@@ -138,6 +146,9 @@ def train_scheduled(job: dict[str, Any], data: list, rank: int, partition: int, 
         "message_bytes": sum(msg.nbytes for msg in h.scheduler.messages),
         "tensor_bytes": sum(t.nbytes for t in h.tensors),
         "iterations": len(data),
+        "n_params": len(h.params),
+        "update_steps": h.update_steps,
+        "step_calls": step_calls[0],
     }
     h.close()
     return out
@@ -169,6 +180,9 @@ def main() -> None:
     if backend == "nccl":
         DEVICE = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(DEVICE)
+    elif job.get("device") == "cuda":  # gloo with CUDA tensors: the ranks may share one GPU
+        DEVICE = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE)
     dist.init_process_group(backend)
     rank = dist.get_rank()
     scenario = job.get("scenario", "job")
@@ -185,7 +199,7 @@ def main() -> None:
             step(m, o, x, y)
         h.synchronize()
         h.save_trace(os.path.join(out, f"trace{rank}.json"))
-        info.update(n_messages=len(h.scheduler.messages), n_params=len(h.params))
+        info.update(n_messages=len(h.scheduler.messages), n_params=len(h.params), param_names=[t.name for t in h.tensors])
         h.close()
     elif scenario == "mismatch":
         m, o = make("sgd")

@@ -1,0 +1,95 @@
+"""benchmarks/bench_gpu.py: the CPU fallback runs for real (2 gloo ranks) and writes its files; bad arguments are refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+_ROOT = Path(__file__).resolve().parents[2]
+_PATH = _ROOT / "benchmarks" / "bench_gpu.py"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gpu"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_resnet50_has_the_real_structure(bench):
+    full = bench.resnet50()
+    assert sum(p.numel() for p in full.parameters()) == 25_557_032  # torchvision's resnet50: 25,557,032
+    small = bench.resnet50(width=8, num_classes=10)
+    assert len(list(small.parameters())) == len(list(full.parameters())) == 161
+    assert small(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback; this machine has CUDA")
+def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, str(_PATH), "--out", str(tmp_path), "--rounds", "2", "--iters", "2", "--profile-iters", "1",
+           "--grid", "2M:4,512K:2"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    s = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert s["device"] == "cpu" and s["fallback"] is True and "no CUDA" in s["fallback_reason"]
+    assert s["backend"] == "gloo" and s["n_param_tensors"] == 161 and s["width"] == 8
+    names = [m["name"] for m in s["modes"]]
+    assert names[:4] == ["no communication (bound)", "DDP (bucket_cap_mb=25)", bench_names()[0], bench_names()[1]]
+    assert names[4:] == ["engine <2 MiB, 4X>", "engine <512 KiB, 2X>"] and s["best_grid"] in names[4:]
+    for m in s["modes"]:
+        assert len(m["samples_per_s"]) == 2 and all(v > 0 for v in m["samples_per_s"]), m
+        r = m["ratio_vs_ddp"]
+        assert r["min"] <= r["median"] <= r["max"] and r["median"] > 0, m
+    ddp_point = s["modes"][2]
+    assert ddp_point["n_messages"] == 1 and ddp_point["optimizer_steps_per_iter"] == 1.0  # one grouped update, not 161
+    o = s["overhead"]
+    assert set(o["engine_host_ms_per_iter_in_training_loop_hooks"]) == {"iteration_start", "grad_hooks", "forward_waits"}
+    assert set(o["engine_host_ms_per_iter_in_its_threads"]) == {"issue", "complete", "update"}
+    assert o["engine_host_ms_per_iter_in_training_loop_hooks"]["grad_hooks"] > 0
+    assert set(s["profiles"]) == {"DDP (bucket_cap_mb=25)", *bench_names()}
+    for p in s["profiles"].values():
+        assert p["iterations"] == 1 and p["per_iteration"]["aten_copy_"] > 0 and p["top_host"], p
+        assert "top_device" not in p  # no device on the fallback
+    if s["profile_all_threads"]:  # the engine's update runs on its completer thread
+        assert s["profiles"][bench_names()[0]]["per_iteration"]["optimizer_steps"] == 1.0
+    md = (tmp_path / "bench_gpu.md").read_text()
+    assert "**CPU fallback**" in md and "not GPU figures" in md and "| DDP (bucket_cap_mb=25) | " in md
+    assert "load average" in md and proc.stdout.startswith("# bench_gpu")
+
+
+def bench_names() -> tuple[str, str]:
+    return ("engine <25 MiB, unlimited> (DDP's point)", "engine <4 MB, 4X> (ByteScheduler's default)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "4M"], "--grid must be a comma-separated list of PARTITION:CREDIT_MULTIPLE"),
+    (["--grid", "4M:0"], "--grid sizes and credit multiples must be positive, but got '4M:0'"),
+    (["--batch-size", "0"], "--batch-size must be a positive integer, but got 0."),
+    ([], "--out is required"),
+])
+def test_bad_arguments_are_refused_naming_the_flag(bench, tmp_path, capsys, argv, message):
+    full = argv + (["--out", str(tmp_path)] if argv else [])
+    with pytest.raises(SystemExit) as exc:
+        bench.main(full)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_asking_for_cuda_without_it_is_refused(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--device", "cuda"])
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err
