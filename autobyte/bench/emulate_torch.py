@@ -36,6 +36,8 @@ from ..integrations._imports import require_torch
 from .emulation import Emulation
 
 torch = require_torch()
+_Function: Any = torch.autograd.Function
+_Module: Any = torch.nn.Module
 
 #: Distinct values of the gradient pattern (``(k % PATTERN) + 1`` over element ``k``).
 PATTERN = 251
@@ -69,16 +71,16 @@ def expected_average(n: int, layer: int, world_size: int) -> Any:
     return grad_pattern(n, layer, 0).mul_((world_size + 1) / 2.0)
 
 
-class _Backward(torch.autograd.Function):
+class _Backward(_Function):
     """Identity on the activation; its backward makes layer ``i``'s gradient, then sleeps out the layer's backward time."""
 
     @staticmethod
-    def forward(ctx: Any, h: Any, weight: Any, layer: Any) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, h: Any, weight: Any, layer: Any) -> Any:
         ctx.layer = layer
         return h.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad_h: Any) -> Any:  # type: ignore[override]
+    def backward(ctx: Any, grad_h: Any) -> Any:
         layer = ctx.layer
         t0 = time.perf_counter()
         g = layer.pattern.clone()  # made within the layer's time; autograd hands it to .grad without a copy when .grad is None
@@ -87,7 +89,7 @@ class _Backward(torch.autograd.Function):
         return grad_h, g, None
 
 
-class EmulatedLayer(torch.nn.Module):
+class EmulatedLayer(_Module):
     """One profile layer: a flat parameter ``weight`` of the layer's size and its emulated times."""
 
     def __init__(self, owner: "EmulatedModel", index: int, n: int, forward_s: float, backward_s: float, rank: int) -> None:
@@ -104,7 +106,7 @@ class EmulatedLayer(torch.nn.Module):
         return out
 
 
-class EmulatedModel(torch.nn.Module):
+class EmulatedModel(_Module):
     """An :class:`~autobyte.bench.emulation.Emulation` as a ``torch.nn.Module`` (see the module's docs).
 
     Args:
