@@ -328,3 +328,27 @@ def test_slowed_rank_sleeps_its_factor_of_the_given_compute_time(tmp_path):
     assert min(secs[2:4]) >= 1.0, secs
     assert sorted(secs[:2] + secs[4:])[1] < 0.9, secs
     assert json.loads((tmp_path / "rank1.json").read_text())["compute_s"] == 0.5
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
+def test_emulated_smoke_suite_runs_for_real(tmp_path):
+    """An emulated zoo model (real tensor sizes, slept compute) through DDP and the scheduled engine on the testbed."""
+    from autobyte.bench._suite import run_suite
+    from autobyte.bench.emulation import Emulation
+
+    plan = SuitePlan("emu-smoke", methods=["ddp", "bytescheduler"], timeout_s=120)
+    s = run_suite(plan, str(tmp_path), log=lambda *_: None)
+    sc = s["scenarios"][0]
+    assert sc["model"] == "emu:densenet121" and sc["compute_scale"] == 2.0 and sc["batch_size"] == 32
+    emu = Emulation("emu:densenet121", 2.0, 32)
+    for m in ("ddp", "bytescheduler"):
+        d = tmp_path / "emu-smoke" / f"r0_{m}"
+        metas = [json.loads((d / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert all(mt["emulation"] == emu.to_dict() and mt["batch_size"] == 32 for mt in metas)
+        its = [json.loads(line) for line in (d / "iterations.jsonl").read_text().splitlines()]
+        assert len(its) == 6 and all(r["samples_per_s"] == pytest.approx(64 / r["seconds"]) for r in its)
+        # every iteration takes at least the emulated compute; in the last phase rank 1 sleeps twice as long
+        assert all(r["seconds"] >= 0.97 * emu.compute_s for r in its[1:3]), its
+        assert all(r["seconds"] >= 0.97 * 2 * emu.compute_s for r in its[4:]), its
+        assert sc["methods"][m]["median"] > 0
