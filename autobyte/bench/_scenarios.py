@@ -124,6 +124,10 @@ class Scenario:
         if not isinstance(self.name, str) or not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
             raise ValueError(f"name must be a non-empty string of letters, digits, '-' and '_', but got name={self.name!r}.")
         if is_emulated(self.model):
+            from ..sim import MODELS as ZOO
+
+            if self.model[len("emu:"):] not in ZOO:
+                raise ValueError(f"model must be one of {MODELS} or 'emu:NAME' with NAME one of {ZOO}, but got model={self.model!r}.")
             scale = DEFAULT_SCALE if self.compute_scale is None else self.compute_scale
             Emulation(self.model, scale, self.batch_size)  # raises naming the zoo's models, a bad scale or batch
             object.__setattr__(self, "compute_scale", float(scale))

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario
+from autobyte.bench.emulation import Emulation
 from autobyte.bench._suite import (
     BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
     summarize_scenario, summarize_suite, table_md, throughput, worst_span_ratio, write_suite,
@@ -40,7 +41,10 @@ def test_condition_rejects_bad_values(kw, match):
 
 @pytest.mark.parametrize("kw, match", [
     ({"name": "a b"}, "name must be a non-empty string of letters, digits, '-' and '_', but got name='a b'"),
-    ({"model": "resnet"}, r"model must be one of \('cnn', 'transformer', 'mlp'\), but got model='resnet'"),
+    ({"model": "resnet"}, r"model must be one of \('cnn', 'transformer', 'mlp'\) or 'emu:NAME' of a zoo model, but got model='resnet'"),
+    ({"model": "emu:resnet"}, r"model must be one of .* or 'emu:NAME' with NAME one of \('alexnet', .*'resnet50'.*\), but got model='emu:resnet'"),
+    ({"model": "emu:resnet50", "compute_scale": 0.5}, "compute_scale must be a number >= 1, but got compute_scale=0.5"),
+    ({"model": "cnn", "compute_scale": 10}, r"compute_scale is for emulated models \('emu:NAME'\) only, but got compute_scale=10"),
     ({"tag": "test"}, r"tag must be one of \('tune', 'heldout'\), but got tag='test'"),
     ({"batch_size": 0}, "batch_size must be a positive integer, but got batch_size=0"),
     ({"phases": ()}, r"phases must be a non-empty list of Phase, but got phases=\(\)"),
@@ -49,6 +53,17 @@ def test_scenario_rejects_bad_values(kw, match):
     args = {"name": "s", "model": "cnn", "phases": (Phase(5, FAST),), **kw}
     with pytest.raises(ValueError, match=match):
         Scenario(**args)
+
+
+def test_emulated_scenario_spec_and_names():
+    sc = Scenario("e", "emu:resnet50", (Phase(5, FAST),), batch_size=64)
+    assert sc.emulated and sc.compute_scale == 10.0 and sc.model_key == "emu-resnet50-x10-bs64"
+    assert sc.spec() == {"model": "emu:resnet50", "batch_size": 64, "compute_scale": 10.0}
+    assert sc.emulation() == Emulation("emu:resnet50", 10.0, 64)
+    plain = Scenario("c", "cnn", (Phase(5, FAST),))
+    assert not plain.emulated and plain.spec() == {"model": "cnn", "batch_size": 16} and plain.model_key == "cnn-bs16"
+    fig6 = SUITES["paper"].scenarios[0]
+    assert [p.condition.mbit for p in fig6.phases] == [1000.0, 300.0] * 3 and {p.iters for p in fig6.phases} == {20}
 
 
 def test_phase_rejects_bad_values():
@@ -335,7 +350,6 @@ def test_slowed_rank_sleeps_its_factor_of_the_given_compute_time(tmp_path):
 def test_emulated_smoke_suite_runs_for_real(tmp_path):
     """An emulated zoo model (real tensor sizes, slept compute) through DDP and the scheduled engine on the testbed."""
     from autobyte.bench._suite import run_suite
-    from autobyte.bench.emulation import Emulation
 
     plan = SuitePlan("emu-smoke", methods=["ddp", "bytescheduler"], timeout_s=120)
     s = run_suite(plan, str(tmp_path), log=lambda *_: None)
