@@ -91,7 +91,27 @@ def cmd_sleep(args: argparse.Namespace) -> None:
             over.append(time.perf_counter() - t0 - d)
         over.sort()
         rows.append({"sleep_s": d, "median_over_us": 1e6 * over[20], "p90_over_us": 1e6 * over[36], "max_over_us": 1e6 * over[-1]})
-    out = {"loadavg": loadavg(), "rows": rows,
+    # the emulated model itself, alone (no communication): its forward and backward against the profile
+    import torch
+
+    from autobyte.bench.emulate_torch import EmulatedModel
+
+    torch.set_num_threads(1)
+    m = EmulatedModel(emu)
+    fw, bw = [], []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        out_t = m()
+        t1 = time.perf_counter()
+        out_t.backward()
+        bw.append(time.perf_counter() - t1)
+        fw.append(t1 - t0)
+        for q in m.parameters():
+            q.grad = None
+    model_row = {"forward_s": statistics.median(fw[1:]), "profile_forward_s": float(emu.forward_s.sum()),
+                 "backward_s": statistics.median(bw[1:]), "profile_backward_s": float(emu.backward_s.sum()),
+                 "overshoot_s": m.overshoot_s}
+    out = {"loadavg": loadavg(), "rows": rows, "emulated_resnet50_x10_alone": model_row,
            "resnet50_x10_layer_s": {"min": float(min(times)), "median": float(np.median(times)), "max": float(max(times))}}
     print(json.dumps(out, indent=1))
     if args.out:
@@ -337,7 +357,7 @@ def cmd_distortion(args: argparse.Namespace) -> None:
     if args.params:
         with open(args.params) as f:
             params = SimParams(**json.load(f)["fit"]["params"])
-    configs = [Config.from_multiple(2 * MiB, 1), Config.from_multiple(8 * MiB, 1), Config.from_multiple(32 * MiB, 1)]
+    configs = [Config.from_multiple(MiB // 2, 4), Config.from_multiple(8 * MiB, 4), Config.from_multiple(32 * MiB, 1)]
     rates = [float(x) for x in args.rates.split(",")]
     workers = [int(x) for x in args.workers.split(",")]
     rows = []
@@ -350,23 +370,25 @@ def cmd_distortion(args: argparse.Namespace) -> None:
             print(f"{n} workers at {rate:g} Mbit/s ...", flush=True)
             res = _run_ranks(spec, n, rate, d)
             cpu = [m["cpu_s"] / m["wall_s"] for m in res["ranks"]]
+            cpu_it = [m["cpu_s"] / m["iters"] for m in res["ranks"]]
             for s in res["sweep"]:
                 c = Config(*s["config"])
                 meas = prof.batch_size * n / s["samples_per_s"]
                 sim = sim_iter_s(prof, params, rate, c, n)
                 rows.append({"workers": n, "rate_mbit": rate, "config": s["config"], "measured_s": meas, "sim_s": sim,
-                             "measured_over_sim": meas / sim, "rank_cpu_share": cpu, "loadavg_before": res["loadavg_before"],
+                             "measured_over_sim": meas / sim, "rank_cpu_share": cpu, "rank_cpu_s_per_iter": cpu_it, "loadavg_before": res["loadavg_before"],
                              "loadavg_after": res["loadavg_after"]})
                 print(f"  {_c(s['config'])}: measured {meas:.3f} s, simulated {sim:.3f} s ({meas / sim:.3f}x); "
                       f"rank CPU {', '.join(f'{100 * x:.0f}%' for x in cpu)}; load {res['loadavg_after']}", flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "distortion.json"), "w") as f:
         json.dump({"model": args.model, "compute_scale": args.compute_scale, "params": params.to_dict(), "rows": rows}, f, indent=1)
-    lines = ["| workers | rate Mbit/s | config | measured s/it | simulated s/it | measured / simulated | CPU per rank (of wall) | load avg after |",
-             "|---:|---:|---|---:|---:|---:|---|---|"]
+    lines = ["| workers | rate Mbit/s | config | measured s/it | simulated s/it | measured / simulated | CPU per rank (of wall) | "
+             "CPU s per rank per iteration | load avg after |", "|---:|---:|---|---:|---:|---:|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['workers']} | {r['rate_mbit']:g} | {_c(r['config'])} | {r['measured_s']:.3f} | {r['sim_s']:.3f} | "
-                     f"{r['measured_over_sim']:.3f} | {', '.join(f'{100 * x:.0f}%' for x in r['rank_cpu_share'])} | {r['loadavg_after']} |")
+                     f"{r['measured_over_sim']:.3f} | {', '.join(f'{100 * x:.0f}%' for x in r['rank_cpu_share'])} | "
+                     f"{', '.join(f'{x:.2f}' for x in r['rank_cpu_s_per_iter'])} | {r['loadavg_after']} |")
     with open(os.path.join(args.out, "distortion.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

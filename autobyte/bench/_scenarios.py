@@ -296,7 +296,7 @@ def _suites() -> dict[str, Suite]:
     # the paper's Fig. 6 on emulated compute: ResNet-50 at V100 speed / 10, links at the paper's 10 / 3 Gbit/s / 10
     hi, lo = Condition(scaled_mbit(10.0, 10.0)), Condition(scaled_mbit(3.0, 10.0))
     paper = (
-        Scenario("fig6-resnet50", "emu:resnet50", tuple(Phase(20, c) for c in (hi, lo) * 3), "tune", 64,
+        Scenario("fig6-resnet50", "emu:resnet50", tuple(Phase(20, c) for c in (hi, lo) * 2), "tune", 64,
                  "ResNet-50 emulated 10x slower than a V100 (batch 64, 102 MB of gradients in 54 tensors); links 1000/300 "
                  "Mbit/s (the paper's 10/3 Gbit/s / 10) switching every 20 iterations, from the high rate", 10.0),
     )

@@ -63,7 +63,7 @@ def test_emulated_scenario_spec_and_names():
     plain = Scenario("c", "cnn", (Phase(5, FAST),))
     assert not plain.emulated and plain.spec() == {"model": "cnn", "batch_size": 16} and plain.model_key == "cnn-bs16"
     fig6 = SUITES["paper"].scenarios[0]
-    assert [p.condition.mbit for p in fig6.phases] == [1000.0, 300.0] * 3 and {p.iters for p in fig6.phases} == {20}
+    assert [p.condition.mbit for p in fig6.phases] == [1000.0, 300.0] * 2 and {p.iters for p in fig6.phases} == {20}
 
 
 def test_phase_rejects_bad_values():
