@@ -158,6 +158,19 @@ def _measured_static(run_dir: str, sc: dict[str, Any]) -> dict[str, dict[float, 
     return out
 
 
+def _tuner_configs(run_dir: str, sc: dict[str, Any]) -> dict[str, list[list[tuple[float, Config]]]]:
+    """Per tuner method, per repeat: each iteration's (rate, config in force), from the scenario's ``iterations.csv``."""
+    import csv
+
+    out: dict[str, dict[int, list[tuple[float, Config]]]] = {}
+    with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
+        for r in csv.DictReader(f):
+            if r["method"] == "autobyte" or r["method"].startswith("tuner"):
+                out.setdefault(r["method"], {}).setdefault(int(r["repeat"]), []).append(
+                    (_rate(r["condition"]), Config(int(r["partition_bytes"]), int(r["credit_bytes"]))))
+    return {m: [reps[k] for k in sorted(reps)] for m, reps in out.items()}
+
+
 def _static_configs(sc: dict[str, Any]) -> dict[str, Config]:
     c = sc["configs"]
     out = {"bytescheduler": Config(*c["bytescheduler"])}
@@ -269,6 +282,17 @@ def cmd_compare(args: argparse.Namespace) -> None:
         row = {m: _trace_sps(phases, lambda i, r, c=c: sim_iter_s(prof, params, r, c), samples) for m, c in cfgs.items()}
         row["oracle"] = _trace_sps(phases, lambda i, r: sim_iter_s(prof, params, r, oracle[starts[i]]), samples)
         row["ddp"] = _trace_sps(phases, lambda i, r: sim_ddp_iter_s(prof, params, r), samples)
+        for m, reps in _tuner_configs(args.run, sc).items():  # a tuner's run: the configs it ran, iteration by iteration
+            cache: dict[tuple[float, Config], float] = {}
+            tp = []
+            for its in reps:
+                secs = 0.0
+                for r, c in its:
+                    if (r, c) not in cache:
+                        cache[(r, c)] = sim_iter_s(prof, params, r, c)
+                    secs += cache[(r, c)]
+                tp.append(samples * len(its) / secs)
+            row[m] = statistics.median(tp)
         same[name] = row
     res = {"run": args.run, "loadavg_now": loadavg(), "fit": {"params": fitted.to_dict(), "info": info, "params_high_rate_only": fitted_hi.to_dict(),
                                                           "info_high_rate_only": info_hi, "cpu_s": fit_cpu},
