@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from ..core import KiB, MiB, Config
 from ..core._checks import check_int
+from .emulation import scaled_mbit
 
 #: Scenario tags: ``tune`` scenarios may be looked at while designing a tuner, ``heldout`` ones only judge it.
 TAGS = ("tune", "heldout")
@@ -94,15 +95,18 @@ class Scenario:
 
     Args:
         name: unique within a suite (letters, digits, ``-``, ``_``).
-        model: one of :data:`autobyte.bench.models.MODELS`.
+        model: one of :data:`autobyte.bench.models.MODELS`, or an emulated zoo
+            model ``"emu:NAME"`` (:mod:`autobyte.bench.emulation`).
         phases: the trace, in order.
         tag: ``"tune"`` (looked at while designing tuners) or ``"heldout"``
             (judges them; reported separately).
-        batch_size: per worker.
+        batch_size: per worker (of an emulated model: the profile's batch).
         about: one line for the docs and the table.
+        compute_scale: an emulated model's compute slow-down (``None``, the
+            default: :data:`~autobyte.bench.emulation.DEFAULT_SCALE`); only for emulated models.
 
     Raises:
-        ValueError: a bad name, model, tag, batch size, or no phases.
+        ValueError: a bad name, model, tag, batch size, compute scale, or no phases.
     """
 
     name: str
@@ -111,14 +115,27 @@ class Scenario:
     tag: str = "tune"
     batch_size: int = 16
     about: str = ""
+    compute_scale: float | None = None
 
     def __post_init__(self) -> None:
+        from .emulation import DEFAULT_SCALE, Emulation, is_emulated
         from .models import MODELS
 
         if not isinstance(self.name, str) or not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
             raise ValueError(f"name must be a non-empty string of letters, digits, '-' and '_', but got name={self.name!r}.")
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, but got model={self.model!r}.")
+        if is_emulated(self.model):
+            from ..sim import MODELS as ZOO
+
+            if self.model[len("emu:"):] not in ZOO:
+                raise ValueError(f"model must be one of {MODELS} or 'emu:NAME' with NAME one of {ZOO}, but got model={self.model!r}.")
+            scale = DEFAULT_SCALE if self.compute_scale is None else self.compute_scale
+            Emulation(self.model, scale, self.batch_size)  # raises naming the zoo's models, a bad scale or batch
+            object.__setattr__(self, "compute_scale", float(scale))
+        elif self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS} or 'emu:NAME' of a zoo model, but got model={self.model!r}.")
+        elif self.compute_scale is not None:
+            raise ValueError(f"compute_scale is for emulated models ('emu:NAME') only, but got compute_scale="
+                             f"{self.compute_scale!r} for model={self.model!r}.")
         if self.tag not in TAGS:
             raise ValueError(f"tag must be one of {TAGS}, but got tag={self.tag!r}.")
         check_int("batch_size", self.batch_size)
@@ -130,6 +147,30 @@ class Scenario:
     @property
     def iters(self) -> int:
         return sum(p.iters for p in self.phases)
+
+    @property
+    def emulated(self) -> bool:
+        return self.compute_scale is not None
+
+    @property
+    def model_key(self) -> str:
+        """A file-name-safe name of the model as run: ``cnn-bs16``, ``emu-resnet50-x10-bs64``."""
+        if self.emulated:
+            return f"{self.model.replace(':', '-')}-x{self.compute_scale:g}-bs{self.batch_size}"
+        return f"{self.model}-bs{self.batch_size}"
+
+    def spec(self) -> dict[str, Any]:
+        """The model part of the rank script's spec: ``model``, ``batch_size`` (and ``compute_scale`` when emulated)."""
+        out: dict[str, Any] = {"model": self.model, "batch_size": self.batch_size}
+        if self.emulated:
+            out["compute_scale"] = self.compute_scale
+        return out
+
+    def emulation(self) -> Any:
+        """The :class:`~autobyte.bench.emulation.Emulation` of an emulated scenario (``None`` otherwise)."""
+        from .emulation import Emulation
+
+        return None if self.compute_scale is None else Emulation(self.model, self.compute_scale, self.batch_size)
 
     def starts(self) -> list[int]:
         """First iteration of each phase."""
@@ -252,12 +293,30 @@ def _suites() -> dict[str, Suite]:
         Scenario("smoke", "cnn", (Phase(4, Condition(2000)), Phase(4, Condition(300))), "tune", 8,
                  "CNN; 4 iterations at 2000 Mbit/s, then 4 at 300 Mbit/s"),
     )
+    # the paper's Fig. 6 on emulated compute: ResNet-50 at V100 speed / 10, links at the paper's 10 / 3 Gbit/s / 10
+    hi, lo = Condition(scaled_mbit(10.0, 10.0)), Condition(scaled_mbit(3.0, 10.0))
+    paper = (
+        Scenario("fig6-resnet50", "emu:resnet50", tuple(Phase(20, c) for c in (hi, lo) * 2), "tune", 64,
+                 "ResNet-50 emulated 10x slower than a V100 (batch 64, 102 MB of gradients in 54 tensors); links 1000/300 "
+                 "Mbit/s (the paper's 10/3 Gbit/s / 10) switching every 20 iterations, from the high rate", 10.0),
+    )
+    emu_smoke = (
+        Scenario("emu-smoke", "emu:densenet121", (Phase(3, Condition(2000)), Phase(3, Condition(600, slowdown=2.0))), "tune", 32,
+                 "DenseNet-121 emulated at V100 speed / 2 (32 MB in 121 tensors); 3 iterations at 2000 Mbit/s, then 3 at "
+                 "600 Mbit/s with rank 1 2x slower", 2.0),
+    )
     return {
         "full": Suite("full", full, repeats=2, about="6 scenarios (4 tune, 2 held out), the 15-config grid, BO 200 iterations"),
         "quick": Suite("quick", quick, partitions=(256 * KiB, 4 * MiB), credits=(1, 4), grid_iters=6, grid_warmup=2,
                        bo_iters=120, window_iters=5, repeats=2, about="2 short scenarios, 4-config grid, a few minutes"),
         "smoke": Suite("smoke", smoke, partitions=(256 * KiB, 4 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
                        bo_iters=6, window_iters=3, repeats=1, about="one 8-iteration scenario: the test suite's real run"),
+        "paper": Suite("paper", paper, partitions=(512 * KiB, 2 * MiB, 8 * MiB, 32 * MiB), credits=(1, 4), grid_iters=3,
+                       grid_warmup=1, bo_iters=112, window_iters=5, repeats=2,
+                       about="the paper's Fig. 6 on emulated compute (ResNet-50, 1000/300 Mbit/s every 20 iterations), "
+                             "8-config grid, BO 112 iterations (15 steps of 5+2)"),
+        "emu-smoke": Suite("emu-smoke", emu_smoke, partitions=(1 * MiB, 8 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
+                           bo_iters=6, window_iters=3, repeats=1, about="one 6-iteration emulated scenario: the test suite's real run"),
     }
 
 

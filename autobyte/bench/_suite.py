@@ -226,7 +226,7 @@ def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mappin
         if shares:
             row["tuner_cpu_share"] = statistics.median(shares)
     return {"name": sc.name, "tag": sc.tag, "model": sc.model, "batch_size": sc.batch_size, "iters": sc.iters,
-            "about": sc.about, "phases": [[p.iters, p.condition.key] for p in sc.phases], "methods": rows}
+            "compute_scale": sc.compute_scale, "about": sc.about, "phases": [[p.iters, p.condition.key] for p in sc.phases], "methods": rows}
 
 
 def summarize_suite(plan_name: str, repeats: int, scenarios: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -361,14 +361,14 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
     grid = suite.grid()
     log(f"autobyte bench --suite {suite.name}: {len(plan.selected())} scenario(s), {plan.repeats} repeat(s), "
         f"methods {', '.join(plan.methods)}")
-    cache: dict[tuple[str, int, Condition], dict[Config, float]] = {}
+    cache: dict[tuple[str, Condition], dict[Config, float]] = {}
     compute: dict[tuple[str, int], float] = {}
     summaries = []
     for sc in plan.selected():
         log(f"scenario {sc.name} [{sc.tag}]: {sc.about} ({sc.iters} iterations)")
         d_sc = os.path.join(out, sc.name)
-        base: dict[str, Any] = {"model": sc.model, "batch_size": sc.batch_size}
-        if any(c.slowdown > 1.0 for c in sc.conditions()):
+        base: dict[str, Any] = sc.spec()
+        if any(c.slowdown > 1.0 for c in sc.conditions()) and not sc.emulated:  # emulated: the rank scales its sleeps
             # measured once here, so every run of the scenario (grids included) sleeps alike whatever the load then
             key_c = (sc.model, sc.batch_size)
             if key_c not in compute:
@@ -381,10 +381,10 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
         if {"hindsight", "oracle"} & set(plan.methods):
             grids = {}
             for c in sc.conditions():
-                key = (sc.model, sc.batch_size, c)
+                key = (sc.model_key, c)
                 if key not in cache:
                     log(f" grid at {c.key} ({len(grid)} configs)")
-                    d = os.path.join(out, "grids", f"{sc.model}-bs{sc.batch_size}-{c.key}")
+                    d = os.path.join(out, "grids", f"{sc.model_key}-{c.key}")
                     slow = [[0, 10**9, 1, c.slowdown]] if c.slowdown > 1.0 else []
                     _run(dict(_sweep_spec(grid, suite.grid_iters, suite.grid_warmup), slowdown=slow, **base),
                          condition_trace(c), d, plan, log)

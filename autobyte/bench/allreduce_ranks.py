@@ -12,13 +12,18 @@ worker (under ``autobyte launch`` / :func:`autobyte.testbed.launch`, or
   iterations; used for grid search and calibration).
 - ``iters``, ``batch_size``, ``width``/``hidden`` (CNN size), ``seed``.
 - ``model``: one of :data:`autobyte.bench.models.MODELS` (default ``"cnn"``,
-  sized by ``width``/``hidden``; the others at their default size).
+  sized by ``width``/``hidden``; the others at their default size), or an
+  emulated zoo model ``"emu:NAME"`` (:mod:`autobyte.bench.emulate_torch`:
+  real parameter tensors of the real sizes, per-layer compute slept from the
+  profile ``compute_scale`` times slower, default 10; ``batch_size`` is then
+  the profile's batch, ``None`` for the zoo's).
 - ``slowdown``: ``[[first, end, rank, factor], ...]``: during iterations
   ``first <= k < end`` rank ``rank`` computes ``factor`` times slower (a
   sleep of ``(factor - 1)`` times ``compute_s``, the seconds of one local
   forward + backward: given in the spec, so every run of a benchmark sleeps
   alike, or else measured once before training on the unwrapped model),
-  emulating a straggler.
+  emulating a straggler. With an emulated model the rank's slept compute
+  times are multiplied by ``factor`` instead.
 
 Rank 0 writes ``OUT_DIR/iterations.jsonl`` (one line per iteration: index,
 seconds, samples/s, config in force), ``OUT_DIR/decisions.jsonl`` and, for
@@ -51,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..core import Config
     from ..integrations.torch import schedule
     from ..testbed import notify_iteration
+    from .emulation import DEFAULT_SCALE, Emulation, is_emulated
     from .models import make_cnn, make_model, model_batches
 
     torch.set_num_threads(int(spec.get("threads", 1)))
@@ -60,17 +66,32 @@ def main(argv: list[str] | None = None) -> None:
         faulthandler.dump_traceback_later(float(spec["debug_hang_s"]), exit=False)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    bs = int(spec.get("batch_size", 16))
     model_name = str(spec.get("model", "cnn"))
-    data = model_batches(model_name, 8, bs, rank, seed=int(spec.get("seed", 0)))
-    if model_name == "cnn":
-        model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
-    else:
-        model = make_model(model_name)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.functional.cross_entropy
     slow = {(int(a), int(b)): float(f) for a, b, r, f in spec.get("slowdown", []) if int(r) == rank}
-    compute_s = float(spec.get("compute_s") or 0.0) or (_compute_time(model, data, loss_fn) if slow else 0.0)
+    emu: Any = None
+    if is_emulated(model_name):
+        from .emulate_torch import EmulatedModel
+
+        emu = Emulation(model_name, float(spec.get("compute_scale", DEFAULT_SCALE)), spec.get("batch_size"))
+        bs = emu.profile().batch_size
+        model: Any = EmulatedModel(emu, rank)
+        data: list[Any] = [(None, None)]
+        # a plain SGD step: one pass over the real tensors (momentum would add two on 2 shared cores)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+        def loss_fn(out: Any, _y: Any) -> Any:  # the emulated model's output is its own scalar "loss"
+            return out
+        compute_s = emu.compute_s
+    else:
+        bs = int(spec.get("batch_size", 16))
+        data = model_batches(model_name, 8, bs, rank, seed=int(spec.get("seed", 0)))
+        if model_name == "cnn":
+            model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
+        else:
+            model = make_model(model_name)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = torch.nn.functional.cross_entropy
+        compute_s = float(spec.get("compute_s") or 0.0) or (_compute_time(model, data, loss_fn) if slow else 0.0)
     method = spec["method"]
     decisions: list[dict[str, Any]] = []
     handle = None
@@ -128,7 +149,9 @@ def main(argv: list[str] | None = None) -> None:
         start_t = time.perf_counter()
         x, y = data[it % len(data)]
         factor = next((f for (a, b), f in slow.items() if a <= it < b), 1.0)
-        if factor > 1.0:
+        if emu is not None:
+            model.time_factor = factor
+        elif factor > 1.0:
             time.sleep((factor - 1.0) * compute_s)
         opt.zero_grad()
         loss_fn(net(x), y).backward()
@@ -141,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     if prev_start is not None:
         rows.append({"iteration": n_iters - 1, "seconds": time.perf_counter() - prev_start, "config": prev_cfg})
     meta = {"rank": rank, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
-            "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None)}
+            "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None), "iters": n_iters}
+    if emu is not None:
+        meta.update(emulation=emu.to_dict(), sleep_overshoot_s=model.overshoot_s, batch_size=bs)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(meta, f)

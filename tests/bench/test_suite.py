@@ -10,6 +10,7 @@ import time
 import pytest
 
 from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario
+from autobyte.bench.emulation import Emulation
 from autobyte.bench._suite import (
     BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
     summarize_scenario, summarize_suite, table_md, throughput, worst_span_ratio, write_suite,
@@ -40,7 +41,10 @@ def test_condition_rejects_bad_values(kw, match):
 
 @pytest.mark.parametrize("kw, match", [
     ({"name": "a b"}, "name must be a non-empty string of letters, digits, '-' and '_', but got name='a b'"),
-    ({"model": "resnet"}, r"model must be one of \('cnn', 'transformer', 'mlp'\), but got model='resnet'"),
+    ({"model": "resnet"}, r"model must be one of \('cnn', 'transformer', 'mlp'\) or 'emu:NAME' of a zoo model, but got model='resnet'"),
+    ({"model": "emu:resnet"}, r"model must be one of .* or 'emu:NAME' with NAME one of \('alexnet', .*'resnet50'.*\), but got model='emu:resnet'"),
+    ({"model": "emu:resnet50", "compute_scale": 0.5}, "compute_scale must be a number >= 1, but got compute_scale=0.5"),
+    ({"model": "cnn", "compute_scale": 10}, r"compute_scale is for emulated models \('emu:NAME'\) only, but got compute_scale=10"),
     ({"tag": "test"}, r"tag must be one of \('tune', 'heldout'\), but got tag='test'"),
     ({"batch_size": 0}, "batch_size must be a positive integer, but got batch_size=0"),
     ({"phases": ()}, r"phases must be a non-empty list of Phase, but got phases=\(\)"),
@@ -51,6 +55,17 @@ def test_scenario_rejects_bad_values(kw, match):
         Scenario(**args)
 
 
+def test_emulated_scenario_spec_and_names():
+    sc = Scenario("e", "emu:resnet50", (Phase(5, FAST),), batch_size=64)
+    assert sc.emulated and sc.compute_scale == 10.0 and sc.model_key == "emu-resnet50-x10-bs64"
+    assert sc.spec() == {"model": "emu:resnet50", "batch_size": 64, "compute_scale": 10.0}
+    assert sc.emulation() == Emulation("emu:resnet50", 10.0, 64)
+    plain = Scenario("c", "cnn", (Phase(5, FAST),))
+    assert not plain.emulated and plain.spec() == {"model": "cnn", "batch_size": 16} and plain.model_key == "cnn-bs16"
+    fig6 = SUITES["paper"].scenarios[0]
+    assert [p.condition.mbit for p in fig6.phases] == [1000.0, 300.0] * 2 and {p.iters for p in fig6.phases} == {20}
+
+
 def test_phase_rejects_bad_values():
     with pytest.raises(ValueError, match="iters must be a positive integer, but got iters=0"):
         Phase(0, FAST)
@@ -59,7 +74,7 @@ def test_phase_rejects_bad_values():
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"suite": "nightly"}, "suite must be one of full, quick, smoke, but got suite='nightly'"),
+    ({"suite": "nightly"}, "suite must be one of full, quick, smoke, paper, emu-smoke, but got suite='nightly'"),
     ({"repeats": 0}, "repeats must be a positive integer, but got repeats=0"),
     ({"methods": ["ddp", "magic"]}, "methods must each be one of ddp, bytescheduler, bo, hindsight, oracle, autobyte or "
                                     "tuner:NAME with NAME one of .*, but got 'magic'"),
@@ -253,7 +268,7 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
 # -- the command line ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "--suite", "nightly"], "--suite must be one of full, quick, smoke, but got --suite='nightly'."),
+    (["bench", "--suite", "nightly"], "--suite must be one of full, quick, smoke, paper, emu-smoke, but got --suite='nightly'."),
     (["bench", "--suite", "quick", "--methods", "ddp,tuner:nosuch"], "('tuner:nosuch' unknown). With --suite, also hindsight"),
     (["bench", "--suite", "quick", "--scenarios", "cnn-step"], "--scenarios must be names of suite 'quick'"),
     (["bench", "--suite", "quick", "--scenarios", ","], "--scenarios must be a non-empty comma-separated list, but got --scenarios=','"),
@@ -328,3 +343,26 @@ def test_slowed_rank_sleeps_its_factor_of_the_given_compute_time(tmp_path):
     assert min(secs[2:4]) >= 1.0, secs
     assert sorted(secs[:2] + secs[4:])[1] < 0.9, secs
     assert json.loads((tmp_path / "rank1.json").read_text())["compute_s"] == 0.5
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
+def test_emulated_smoke_suite_runs_for_real(tmp_path):
+    """An emulated zoo model (real tensor sizes, slept compute) through DDP and the scheduled engine on the testbed."""
+    from autobyte.bench._suite import run_suite
+
+    plan = SuitePlan("emu-smoke", methods=["ddp", "bytescheduler"], timeout_s=120)
+    s = run_suite(plan, str(tmp_path), log=lambda *_: None)
+    sc = s["scenarios"][0]
+    assert sc["model"] == "emu:densenet121" and sc["compute_scale"] == 2.0 and sc["batch_size"] == 32
+    emu = Emulation("emu:densenet121", 2.0, 32)
+    for m in ("ddp", "bytescheduler"):
+        d = tmp_path / "emu-smoke" / f"r0_{m}"
+        metas = [json.loads((d / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert all(mt["emulation"] == emu.to_dict() and mt["batch_size"] == 32 for mt in metas)
+        its = [json.loads(line) for line in (d / "iterations.jsonl").read_text().splitlines()]
+        assert len(its) == 6 and all(r["samples_per_s"] == pytest.approx(64 / r["seconds"]) for r in its)
+        # every iteration takes at least the emulated compute; in the last phase rank 1 sleeps twice as long
+        assert all(r["seconds"] >= 0.97 * emu.compute_s for r in its[1:3]), its
+        assert all(r["seconds"] >= 0.97 * 2 * emu.compute_s for r in its[4:]), its
+        assert sc["methods"][m]["median"] > 0

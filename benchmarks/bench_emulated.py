@@ -1,0 +1,442 @@
+"""Emulated compute on real traffic: the simulator beside real runs, and the host's own distortion (issue 9).
+
+Subcommands (each makes one figure of ``docs/evaluation.md`` / ``docs/emulation.md``):
+
+    python benchmarks/bench_emulated.py sleep [--out DIR]
+        how far ``time.sleep`` overshoots at the per-layer times an emulated model sleeps
+
+    python benchmarks/bench_emulated.py compare RUN_DIR [--out DIR]
+        RUN_DIR is an ``autobyte bench --suite paper`` output; the simulator's
+        prediction of the same set-up (same scaled profile, a 2-worker cluster
+        at the same rates, the same grid, DDP, BO, AutoByte) beside the
+        measured table, and the simulator's iteration-time error: fitted on
+        the grid runs, judged on the trace runs not used to fit it (and
+        fitted on one rate, judged on the other)
+
+    sudo python benchmarks/bench_emulated.py distortion --out DIR [--rates 300,1000] [--workers 2,4]
+        the same emulated model and rate with 2 and 4 workers (real testbed),
+        a few configs each: measured vs simulated, process CPU and load average
+
+The simulator's parameters start from the testbed calibration
+(``docs/figures/calib_params.json``, fitted on a real CNN) with
+``compute_scale`` 1: an emulated model's per-layer times are exact by
+construction, so the profile is the emulation's scaled profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from autobyte.bench.calibrate import SimParams, fit, simulate_iter_s  # noqa: E402
+from autobyte.bench.emulation import Emulation  # noqa: E402
+from autobyte.core import BYTESCHEDULER_DEFAULT, Config  # noqa: E402
+
+CALIB = os.path.join(ROOT, "docs", "figures", "calib_params.json")
+#: Parameters fitted on emulated runs (the profile's compute is exact; ``compute_scale`` absorbs the host's slow-down).
+FREE = ("per_message_s", "compute_scale", "efficiency", "update_Bps")
+#: Iterations dropped at the start of each phase of a trace run before its per-rate median (the switch's transient).
+SETTLE = 2
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def base_params() -> SimParams:
+    """The testbed calibration of ``docs/calibration.md`` with ``compute_scale`` 1 (emulated compute is exact)."""
+    with open(CALIB) as f:
+        d = json.load(f)["params"]
+    d["compute_scale"] = 1.0
+    return SimParams(**d)
+
+
+def sim_ddp_iter_s(prof: Any, params: SimParams, rate: float, n_workers: int = 2) -> float:
+    from autobyte.sim import simulate_ddp
+
+    return float(np.mean(simulate_ddp(prof, params.cluster(rate, n_workers), 25, n_iters=3).iter_time_s))
+
+
+def sim_iter_s(prof: Any, params: SimParams, rate: float, cfg: Config, n_workers: int = 2) -> float:
+    if n_workers == 2:
+        return simulate_iter_s(prof, params, rate, cfg)
+    from autobyte.sim import simulate
+
+    return float(np.mean(simulate(prof, params.cluster(rate, n_workers), cfg, n_iters=3, warmup_iters=2).iter_time_s))
+
+
+# -------------------------------------------------------------------------------- sleep
+def cmd_sleep(args: argparse.Namespace) -> None:
+    emu = Emulation("resnet50", 10)
+    times = sorted(set(np.round(np.concatenate([emu.forward_s, emu.backward_s]), 4)))
+    picks = [times[0], times[len(times) // 4], times[len(times) // 2], times[-1]]
+    rows = []
+    for d in picks:
+        over = []
+        for _ in range(40):
+            t0 = time.perf_counter()
+            time.sleep(d)
+            over.append(time.perf_counter() - t0 - d)
+        over.sort()
+        rows.append({"sleep_s": d, "median_over_us": 1e6 * over[20], "p90_over_us": 1e6 * over[36], "max_over_us": 1e6 * over[-1]})
+    # the emulated model itself, alone (no communication): its forward and backward against the profile
+    import torch
+
+    from autobyte.bench.emulate_torch import EmulatedModel
+
+    torch.set_num_threads(1)
+    m = EmulatedModel(emu)
+    fw, bw = [], []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        out_t = m()
+        t1 = time.perf_counter()
+        out_t.backward()
+        bw.append(time.perf_counter() - t1)
+        fw.append(t1 - t0)
+        for q in m.parameters():
+            q.grad = None
+    model_row = {"forward_s": statistics.median(fw[1:]), "profile_forward_s": float(emu.forward_s.sum()),
+                 "backward_s": statistics.median(bw[1:]), "profile_backward_s": float(emu.backward_s.sum()),
+                 "overshoot_s": m.overshoot_s}
+    out = {"loadavg": loadavg(), "rows": rows, "emulated_resnet50_x10_alone": model_row,
+           "resnet50_x10_layer_s": {"min": float(min(times)), "median": float(np.median(times)), "max": float(max(times))}}
+    print(json.dumps(out, indent=1))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "sleep_accuracy.json"), "w") as f:
+            json.dump(out, f, indent=1)
+
+
+# -------------------------------------------------------------------------------- compare
+def _read_run(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    with open(os.path.join(run_dir, "suite_summary.json")) as f:
+        summary = json.load(f)
+    sc = summary["scenarios"][0]
+    return summary, sc
+
+
+def _rate(key: str) -> float:
+    return float(key.split("mbit")[0])
+
+
+def _trace_rates(sc: dict[str, Any]) -> list[tuple[int, float]]:
+    return [(int(n), _rate(k)) for n, k in sc["phases"]]
+
+
+def _measured_static(run_dir: str, sc: dict[str, Any]) -> dict[str, dict[float, list[float]]]:
+    """Per static method and rate: each repeat's median iteration time over the settled iterations of that rate's phases."""
+    import csv
+
+    starts, k = [], 0
+    for n, _ in _trace_rates(sc):
+        starts.append(k)
+        k += n
+    out: dict[str, dict[float, list[float]]] = {}
+    rows: dict[tuple[str, int, float], list[float]] = {}
+    with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
+        for r in csv.DictReader(f):
+            it = int(r["iteration"])
+            s = max(s for s in starts if s <= it)
+            if it - s < SETTLE:
+                continue
+            rows.setdefault((r["method"], int(r["repeat"]), _rate(r["condition"])), []).append(float(r["seconds"]))
+    for (m, _rep, rate), secs in sorted(rows.items()):
+        out.setdefault(m, {}).setdefault(rate, []).append(statistics.median(secs))
+    return out
+
+
+def _tuner_configs(run_dir: str, sc: dict[str, Any]) -> dict[str, list[list[tuple[float, Config]]]]:
+    """Per tuner method, per repeat: each iteration's (rate, config in force), from the scenario's ``iterations.csv``."""
+    import csv
+
+    out: dict[str, dict[int, list[tuple[float, Config]]]] = {}
+    with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
+        for r in csv.DictReader(f):
+            if r["method"] == "autobyte" or r["method"].startswith("tuner"):
+                out.setdefault(r["method"], {}).setdefault(int(r["repeat"]), []).append(
+                    (_rate(r["condition"]), Config(int(r["partition_bytes"]), int(r["credit_bytes"]))))
+    return {m: [reps[k] for k in sorted(reps)] for m, reps in out.items()}
+
+
+def _static_configs(sc: dict[str, Any]) -> dict[str, Config]:
+    c = sc["configs"]
+    out = {"bytescheduler": Config(*c["bytescheduler"])}
+    for m in ("hindsight", "bo"):
+        if m in c:
+            out[m] = Config(*c[m])
+    return out
+
+
+def _trace_sps(phases: Sequence[tuple[int, float]], iter_s: Any, samples: int) -> float:
+    """Samples/s of a trace whose iteration at rate ``r`` takes ``iter_s(i_phase, r)`` seconds."""
+    secs = sum(n * iter_s(i, r) for i, (n, r) in enumerate(phases))
+    return samples * sum(n for n, _ in phases) / secs
+
+
+def simulate_methods(prof: Any, params: SimParams, sc: dict[str, Any], grid: Sequence[Config]) -> dict[str, Any]:
+    """The simulator's own run of the suite's methods on the same trace (its own grid, BO and AutoByte)."""
+    from autobyte.core.space import SearchSpace
+    from autobyte.core.tuners import make_tuner
+    from autobyte.meta._evaluate import CHECK, bo_config, run_tuner
+
+    phases = _trace_rates(sc)
+    rates = sorted({r for _, r in phases}, reverse=True)
+    samples = prof.batch_size * 2
+    g = {r: {c: sim_iter_s(prof, params, r, c) for c in grid} for r in rates}
+    ddp = {r: sim_ddp_iter_s(prof, params, r) for r in rates}
+    best = {r: min(grid, key=lambda c: g[r][c]) for r in rates}
+    hind = min(grid, key=lambda c: sum(n * g[r][c] for n, r in phases))
+    bo = bo_config(prof, params.cluster(phases[0][1]), "allreduce")
+    out: dict[str, Any] = {"grid_iter_s": {f"{r:g}": {f"{c.partition_bytes},{c.credit_bytes}": v for c, v in g[r].items()} for r in rates},
+                           "ddp_iter_s": {f"{r:g}": v for r, v in ddp.items()}, "configs": {
+                               "oracle": {f"{r:g}": [best[r].partition_bytes, best[r].credit_bytes] for r in rates},
+                               "hindsight": [hind.partition_bytes, hind.credit_bytes], "bo": [bo.partition_bytes, bo.credit_bytes]}}
+    sps = {
+        "ddp": _trace_sps(phases, lambda i, r: ddp[r], samples),
+        "bytescheduler": _trace_sps(phases, lambda i, r: sim_iter_s(prof, params, r, BYTESCHEDULER_DEFAULT), samples),
+        "bo": _trace_sps(phases, lambda i, r: sim_iter_s(prof, params, r, bo), samples),
+        "hindsight": _trace_sps(phases, lambda i, r: g[r][hind], samples),
+        "oracle": _trace_sps(phases, lambda i, r: g[r][best[r]], samples),
+    }
+    bounds = np.cumsum([0] + [n for n, _ in phases])
+
+    def rate_at(it: int) -> float:
+        return phases[int(np.searchsorted(bounds, it, side="right")) - 1][1]
+
+    n_it = int(bounds[-1])
+    run = run_tuner("autobyte", make_tuner("autobyte"), BYTESCHEDULER_DEFAULT, prof, lambda w: params.cluster(rate_at(w * 10)),
+                    max(1, -(-n_it // 10)), SearchSpace.default(), check_phase=lambda c: params.cluster(rate_at(c * CHECK)))
+    sps["autobyte"] = len(run.check_speeds) / sum(1.0 / s for s in run.check_speeds)
+    out["autobyte_changes"] = run.changes
+    out["samples_per_s"] = sps
+    return out
+
+
+def _ape(sim: float, meas: float) -> float:
+    return abs(sim - meas) / meas
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    summary, sc = _read_run(args.run)
+    out_dir = args.out or args.run
+    emu = Emulation(sc["model"], sc["compute_scale"], sc["batch_size"])
+    prof = emu.scaled_profile()
+    samples = sc["batch_size"] * 2
+    phases = _trace_rates(sc)
+    rates = sorted({r for _, r in phases}, reverse=True)
+    grid = sorted({Config(*map(int, k.split(","))) for g in sc["grids"].values() for k in g},
+                  key=lambda c: (c.partition_bytes, c.credit_bytes))
+    # measured points: the grids (fit) and the static trace runs (held out)
+    grid_pts = [(_rate(rk), Config(*map(int, k.split(","))), samples / v) for rk, g in sc["grids"].items() for k, v in g.items()]
+    static = _measured_static(args.run, sc)
+    cfgs = _static_configs(sc)
+    trace_pts = [(r, cfgs[m], statistics.median(v)) for m in cfgs if m in static for r, v in static[m].items()]
+    ddp_pts = [(r, statistics.median(v)) for r, v in static.get("ddp", {}).items()]
+    base = base_params()
+    t0 = time.process_time()
+    fitted, info = fit(prof, grid_pts, free=FREE, start=base, n_starts=2)
+    lo = min(rates)
+    fitted_hi, info_hi = fit(prof, [p for p in grid_pts if p[0] != lo], free=FREE, start=base, n_starts=2)
+    fit_cpu = time.process_time() - t0
+
+    def errors(params: SimParams) -> dict[str, Any]:
+        g = [_ape(sim_iter_s(prof, params, r, c), m) for r, c, m in grid_pts]
+        t = [_ape(sim_iter_s(prof, params, r, c), m) for r, c, m in trace_pts]
+        d = [_ape(sim_ddp_iter_s(prof, params, r), m) for r, m in ddp_pts]
+        return {"grid_mape": float(np.mean(g)), "trace_static_mape": float(np.mean(t)) if t else None,
+                "ddp_mape": float(np.mean(d)) if d else None, "heldout_mape": float(np.mean(t + d)) if t + d else None,
+                "n_grid": len(g), "n_trace_static": len(t), "n_ddp": len(d),
+                "max_ape": float(max(g + t + d))}
+
+    err = {"calibration_cnn": errors(base), "fitted_on_grids": errors(fitted)}
+    e_hi = errors(fitted_hi)
+    e_hi["grid_low_rate_mape"] = float(np.mean([_ape(sim_iter_s(prof, fitted_hi, r, c), m) for r, c, m in grid_pts if r == lo]))
+    err["fitted_on_high_rate_grid"] = e_hi
+    points = []
+    for label, pts in (("grid", grid_pts), ("trace", trace_pts)):
+        for r, c, m in pts:
+            points.append({"set": label, "rate_mbit": r, "config": [c.partition_bytes, c.credit_bytes], "measured_s": m,
+                           "sim_calib_s": sim_iter_s(prof, base, r, c), "sim_fitted_s": sim_iter_s(prof, fitted, r, c)})
+    for r, m in ddp_pts:
+        points.append({"set": "ddp", "rate_mbit": r, "config": None, "measured_s": m,
+                       "sim_calib_s": sim_ddp_iter_s(prof, base, r), "sim_fitted_s": sim_ddp_iter_s(prof, fitted, r)})
+    sims = {"calibration_cnn": simulate_methods(prof, base, sc, grid), "fitted_on_grids": simulate_methods(prof, fitted, sc, grid)}
+    # the simulator's time of the very configs the real run chose (its prediction of *these* runs)
+    same = {}
+    for name, params in (("calibration_cnn", base), ("fitted_on_grids", fitted)):
+        oracle = {s: Config(*c) for s, c in sc["configs"]["oracle_phases"]}
+        starts = [s for s, _ in sc["configs"]["oracle_phases"]]
+        row = {m: _trace_sps(phases, lambda i, r, c=c: sim_iter_s(prof, params, r, c), samples) for m, c in cfgs.items()}
+        row["oracle"] = _trace_sps(phases, lambda i, r: sim_iter_s(prof, params, r, oracle[starts[i]]), samples)
+        row["ddp"] = _trace_sps(phases, lambda i, r: sim_ddp_iter_s(prof, params, r), samples)
+        for m, reps in _tuner_configs(args.run, sc).items():  # a tuner's run: the configs it ran, iteration by iteration
+            cache: dict[tuple[float, Config], float] = {}
+            tp = []
+            for its in reps:
+                secs = 0.0
+                for r, c in its:
+                    if (r, c) not in cache:
+                        cache[(r, c)] = sim_iter_s(prof, params, r, c)
+                    secs += cache[(r, c)]
+                tp.append(samples * len(its) / secs)
+            row[m] = statistics.median(tp)
+        same[name] = row
+    res = {"run": args.run, "loadavg_now": loadavg(), "fit": {"params": fitted.to_dict(), "info": info, "params_high_rate_only": fitted_hi.to_dict(),
+                                                          "info_high_rate_only": info_hi, "cpu_s": fit_cpu},
+           "calibration_params": base.to_dict(), "errors": err, "points": points, "simulated_methods": sims,
+           "simulated_same_configs": same}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "sim_vs_real.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    md = compare_md(sc, res)
+    with open(os.path.join(out_dir, "sim_vs_real.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+def _c(pair: Sequence[int] | None) -> str:
+    if pair is None:
+        return "DDP 25 MiB buckets"
+    p, c = int(pair[0]), int(pair[1])
+    return f"<{p / 2**20:g} MiB, {c / p:.3g}X>"
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.1f}%"
+
+
+def compare_md(sc: dict[str, Any], res: dict[str, Any]) -> str:
+    meth = sc["methods"]
+    ref = {k: meth[k]["median"] for k in ("ddp", "bytescheduler", "bo", "hindsight", "oracle") if k in meth}
+    lines = ["| method | measured samples/s (spread) | vs DDP | vs BS default | vs BO | vs hindsight | vs oracle | "
+             "sim, same configs | sim, its own choices | sim vs DDP | sim vs BO | sim vs oracle |", "|---|" + "---:|" * 11]
+    sim_same = res["simulated_same_configs"]["fitted_on_grids"]
+    sim_own = res["simulated_methods"]["fitted_on_grids"]["samples_per_s"]
+    for m, r in meth.items():
+        ratios = [f"{r['median'] / ref[k]:.3f}" if k in ref else "" for k in ("ddp", "bytescheduler", "bo", "hindsight", "oracle")]
+        s_same = sim_same.get(m)
+        s_own = sim_own.get(m)
+        sr = [f"{s_own / sim_own[k]:.3f}" if s_own and k in sim_own else "" for k in ("ddp", "bo", "oracle")]
+        lines.append(f"| {m} | {r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f}) | " + " | ".join(ratios)
+                     + f" | {'' if s_same is None else f'{s_same:.1f}'} | {'' if s_own is None else f'{s_own:.1f}'} | " + " | ".join(sr) + " |")
+    e = res["errors"]
+    lines += ["", "Simulator iteration-time error (mean absolute percentage error):", "",
+              "| simulator parameters | grid points (fit set) | static trace runs (held out) | DDP trace runs (held out) | all held out | max |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, label in (("calibration_cnn", "CNN calibration, not refitted"), ("fitted_on_grids", "fitted on both rates' grids"),
+                        ("fitted_on_high_rate_grid", "fitted on the high rate's grid only")):
+        x = e[name]
+        lines.append(f"| {label} | {_pct(x['grid_mape'])} ({x['n_grid']}) | {_pct(x['trace_static_mape'])} ({x['n_trace_static']}) | "
+                     f"{_pct(x['ddp_mape'])} ({x['n_ddp']}) | {_pct(x['heldout_mape'])} | {_pct(x['max_ape'])} |")
+    x = e["fitted_on_high_rate_grid"]
+    lines += ["", f"Fitted on the high rate's grid only, the low rate's grid points (not used to fit) are off by "
+                  f"{100 * x['grid_low_rate_mape']:.1f}% on average.", ""]
+    cf = res["simulated_methods"]["fitted_on_grids"]["configs"]
+    lines += ["Simulator's own choices (fitted parameters): oracle " + ", ".join(f"{k} Mbit/s {_c(v)}" for k, v in cf["oracle"].items())
+              + f"; hindsight {_c(cf['hindsight'])}; BO {_c(cf['bo'])}.", ""]
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------- distortion
+def _run_ranks(spec: dict[str, Any], n: int, rate: float, out_dir: str, timeout_s: float = 900) -> dict[str, Any]:
+    from autobyte.testbed import BandwidthTrace, Testbed
+
+    os.makedirs(out_dir, exist_ok=True)
+    cmd = [sys.executable, "-m", "autobyte.bench.allreduce_ranks", json.dumps(spec), out_dir]
+    la0 = loadavg()
+    t0 = time.monotonic()
+    with open(os.path.join(out_dir, "launch.log"), "w") as f, Testbed(n, trace=BandwidthTrace.parse(f"const:{rate:g}")) as tb:
+        rc = tb.run(cmd, timeout_s=timeout_s, events_log=os.path.join(out_dir, "events.jsonl"), env={"PYTHONUNBUFFERED": "1"}, stdout=f)
+    if rc != 0:
+        raise RuntimeError(f"{out_dir} failed with exit code {rc}; see its launch.log")
+    wall = time.monotonic() - t0
+    with open(os.path.join(out_dir, "sweep.jsonl")) as f:
+        sweep = [json.loads(line) for line in f]
+    metas = []
+    for r in range(n):
+        with open(os.path.join(out_dir, f"rank{r}.json")) as f:
+            metas.append(json.load(f))
+    return {"sweep": sweep, "ranks": metas, "loadavg_before": la0, "loadavg_after": loadavg(), "wall_s": wall}
+
+
+def cmd_distortion(args: argparse.Namespace) -> None:
+    from autobyte.core import MiB
+
+    emu = Emulation(args.model, args.compute_scale)
+    prof = emu.scaled_profile()
+    params = base_params()
+    if args.params:
+        with open(args.params) as f:
+            params = SimParams(**json.load(f)["fit"]["params"])
+    configs = [Config.from_multiple(MiB // 2, 4), Config.from_multiple(8 * MiB, 4), Config.from_multiple(32 * MiB, 1)]
+    rates = [float(x) for x in args.rates.split(",")]
+    workers = [int(x) for x in args.workers.split(",")]
+    rows = []
+    for rate in rates:
+        for n in workers:
+            d = os.path.join(args.out, f"{n}w-{rate:g}mbit")
+            spec = {"method": "sweep", "configs": [[c.partition_bytes, c.credit_bytes] for c in configs],
+                    "iters_per_config": args.iters, "warmup": 1, "model": emu.to_dict()["model"],
+                    "compute_scale": emu.compute_scale, "batch_size": prof.batch_size}
+            print(f"{n} workers at {rate:g} Mbit/s ...", flush=True)
+            res = _run_ranks(spec, n, rate, d)
+            cpu = [m["cpu_s"] / m["wall_s"] for m in res["ranks"]]
+            cpu_it = [m["cpu_s"] / m["iters"] for m in res["ranks"]]
+            for s in res["sweep"]:
+                c = Config(*s["config"])
+                meas = prof.batch_size * n / s["samples_per_s"]
+                sim = sim_iter_s(prof, params, rate, c, n)
+                rows.append({"workers": n, "rate_mbit": rate, "config": s["config"], "measured_s": meas, "sim_s": sim,
+                             "measured_over_sim": meas / sim, "rank_cpu_share": cpu, "rank_cpu_s_per_iter": cpu_it, "loadavg_before": res["loadavg_before"],
+                             "loadavg_after": res["loadavg_after"]})
+                print(f"  {_c(s['config'])}: measured {meas:.3f} s, simulated {sim:.3f} s ({meas / sim:.3f}x); "
+                      f"rank CPU {', '.join(f'{100 * x:.0f}%' for x in cpu)}; load {res['loadavg_after']}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "distortion.json"), "w") as f:
+        json.dump({"model": args.model, "compute_scale": args.compute_scale, "params": params.to_dict(), "rows": rows}, f, indent=1)
+    lines = ["| workers | rate Mbit/s | config | measured s/it | simulated s/it | measured / simulated | CPU per rank (of wall) | "
+             "CPU s per rank per iteration | load avg after |", "|---:|---:|---|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['workers']} | {r['rate_mbit']:g} | {_c(r['config'])} | {r['measured_s']:.3f} | {r['sim_s']:.3f} | "
+                     f"{r['measured_over_sim']:.3f} | {', '.join(f'{100 * x:.0f}%' for x in r['rank_cpu_share'])} | "
+                     f"{', '.join(f'{x:.2f}' for x in r['rank_cpu_s_per_iter'])} | {r['loadavg_after']} |")
+    with open(os.path.join(args.out, "distortion.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("sleep")
+    p.add_argument("--out")
+    p = sub.add_parser("compare")
+    p.add_argument("run")
+    p.add_argument("--out")
+    p = sub.add_parser("distortion")
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--compute-scale", type=float, default=10.0)
+    p.add_argument("--rates", default="300,1000")
+    p.add_argument("--workers", default="2,4")
+    p.add_argument("--iters", type=int, default=4)
+    p.add_argument("--params", help="a compare run's sim_vs_real.json: simulate with its fitted parameters")
+    args = ap.parse_args(argv)
+    {"sleep": cmd_sleep, "compare": cmd_compare, "distortion": cmd_distortion}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
