@@ -59,7 +59,6 @@ def main(argv: list[str] | None = None) -> None:
 
     kv = mx.kv.create("dist_sync")
     rank, world = int(kv.rank), int(kv.num_workers)
-    seed = int(spec.get("seed", 0))
     bs = int(spec.get("batch_size", 16))
     model_name = str(spec.get("model", "cnn"))
     net, batches, loss_fn = _model(mx, gluon, spec, model_name, bs, rank)
