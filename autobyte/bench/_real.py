@@ -89,6 +89,8 @@ class BenchPlan:
     arch: str = "allreduce"
     #: spec fields for every run (e.g. ``{"model": "emu:resnet50", "compute_scale": 10}``)
     model_spec: dict[str, Any] | None = None
+    #: iterations per window of the BO search (default ``window_iters``): short runs need shorter windows for BO to converge
+    bo_window_iters: int | None = None
     #: the oracle's grid (default :func:`_grid`)
     grid: Sequence[Config] | None = None
 
@@ -207,7 +209,7 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
     if "bo" in plan.methods:
         log(f"BO search at {plan.high_mbit:g} Mbit/s ({plan.bo_iters} iterations)")
         bo_config = _bo_search({}, f"const:{plan.high_mbit:g}", os.path.join(out, "bo_search"), plan, log,
-                               iters=plan.bo_iters, window_iters=plan.window_iters)
+                               iters=plan.bo_iters, window_iters=plan.bo_window_iters or plan.window_iters)
     specs: dict[str, dict[str, Any]] = {
         "ddp": {"method": "ddp"},
         "dist_sync": {"method": "dist_sync"},
