@@ -67,3 +67,14 @@ def test_ps_bench_runs_every_method_through_the_cli(tmp_path, monkeypatch):
     events = [json.loads(line) for line in (out / "run_dist_sync" / "events.jsonl").read_text().splitlines()]
     assert any(e.get("iteration") == 3 for e in events)
     assert (out / "summary.md").read_text().count("| dist_sync |") == 1
+
+
+def test_hindsight_is_the_config_with_the_shortest_predicted_trace():
+    a, b, c = Config.from_multiple(MiB, 1), Config.from_multiple(4 * MiB, 1), Config.from_multiple(16 * MiB, 2)
+    plan = BenchPlan(arch="ps", low_mbit=100, high_mbit=1000, every=2, iters=6)  # 4 fast iterations, 2 slow
+    # a: best when fast, worst when slow; c: best when slow; b: second everywhere
+    grid = {1000.0: {a: 100.0, b: 90.0, c: 50.0}, 100.0: {a: 10.0, b: 30.0, c: 40.0}}
+    # predicted seconds: a 4/100+2/10 = 0.24, b 4/90+2/30 = 0.111, c 4/50+2/40 = 0.13
+    assert _real.hindsight_config(plan, grid) == b
+    grid[100.0][c] = 100.0  # c now 0.08 + 0.02 = 0.10
+    assert _real.hindsight_config(plan, grid) == c
