@@ -21,7 +21,7 @@ rate = float(sys.argv[2]) if len(sys.argv) > 2 else 300.0
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 plan = BenchPlan(arch="ps", methods=["dist_sync"])
 trace = f"const:{rate:g}"
-grid = [Config.from_multiple(p, m) for p in (256 * KiB, 1 * MiB, 4 * MiB) for m in (1, 4)]
+grid = [Config.from_multiple(p, m) for p in (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB) for m in (1, 2, 4)]
 d = os.path.join(out, "grid")
 _run(_sweep_spec(grid, 6, 2), trace, d, plan, print)
 sweep = _read_sweep(d)
