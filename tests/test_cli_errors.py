@@ -149,7 +149,17 @@ CASES: list[tuple[list[str], str]] = [
     (["collect", "--out", "{dir}/r", "--weights", "{weights}"], "--weights and --report go with --evaluate RAW"),
     (["collect"], "give --out DIR"),
     # bench
-    (["bench", "--methods", "ddp,nosuch"], "--methods must be a comma-separated subset of ddp,bytescheduler,bo,autobyte,oracle, but got --methods='ddp,nosuch' ('nosuch' unknown)."),
+    (["bench", "--methods", "ddp,nosuch"], "--methods must be a comma-separated subset of ddp,bytescheduler,bo,autobyte,oracle "
+     "(with --arch ps: dist_sync,bytescheduler,bo,hindsight,autobyte,oracle), but got --methods='ddp,nosuch' ('nosuch' unknown)."),
+    (["bench", "--arch", "mesh"], "--arch must be one of allreduce, ps, but got --arch='mesh'."),
+    (["bench", "--arch", "ps", "--methods", "dist_sync,ddp"], "--methods ddp does not exist with --arch ps (its methods: "
+     "dist_sync,bytescheduler,bo,hindsight,autobyte,oracle), but got --methods='dist_sync,ddp'."),
+    (["bench", "--methods", "dist_sync"], "--methods dist_sync does not exist with --arch allreduce"),
+    (["bench", "--model", "resnet"], "--model must be cnn or emu:NAME (a zoo model), but got --model='resnet'."),
+    (["bench", "--arch", "ps", "--model", "emu:nosuch"], "--model 'emu:nosuch': name must be one of"),
+    (["bench", "--model", "emu:resnet50"], "--model emu:resnet50 (emulated compute) runs with --arch ps here, but got --arch='allreduce'."),
+    (["bench", "--suite", "quick", "--arch", "ps"], "--suite runs all-reduce scenarios with their own models, but got --arch='ps'"),
+    (["bench", "--arch", "ps", "--compute-scale", "0"], "--compute-scale must be a number"),
     (["bench", "--methods", ""], "--methods must be a comma-separated subset"),
     (["bench", "--low-mbit", "0"], "--low-mbit must be a number of Mbit/s in (0, 1e+06], but got --low-mbit=0.0."),
     (["bench", "--high-mbit", "100"], "--high-mbit must be above --low-mbit, but got --low-mbit=200.0, --high-mbit=100.0."),

@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-from ._real import METHODS
+from ._real import ARCH_METHODS, ARCHS, METHODS
 from ._scenarios import SUITES
 from ._suite import BASE_METHODS
 
@@ -32,7 +32,7 @@ def _check_trace_args(args: argparse.Namespace) -> None:
 
 
 def register(sub: Any) -> None:
-    from ..cli import int_arg, out_arg
+    from ..cli import float_arg, int_arg, out_arg
 
     p = sub.add_parser(
         "bench",
@@ -44,6 +44,14 @@ def register(sub: Any) -> None:
     p.add_argument("--methods", default=None, type=_methods_arg,
                    help=f"comma-separated subset of {','.join(METHODS)} (default: all); with --suite, of "
                         f"{','.join(BASE_METHODS)} and tuner:NAME for any registered tuner")
+    p.add_argument("--arch", default="allreduce", type=_arch_arg,
+                   help="allreduce (torch gloo ring, baseline ddp; default) or ps (MXNet dist_sync, one server per worker "
+                        f"co-located with it, baseline dist_sync; methods {','.join(ARCH_METHODS['ps'])})")
+    p.add_argument("--model", default="cnn", type=_model_arg,
+                   help="cnn (default; real compute) or emu:NAME (emulated compute of a zoo model, e.g. emu:resnet50; "
+                        "--arch ps only)")
+    p.add_argument("--compute-scale", type=float_arg("--compute-scale", unit="", maximum=1e4), default=10.0,
+                   help="with --model emu:NAME: compute runs this many times slower than the profile (default 10)")
     p.add_argument("--suite", default=None, type=_suite_arg,
                    help=f"run a named suite of real scenarios instead of one step trace: {', '.join(SUITES)} "
                         "(see docs/benchmarks.md, Benchmark suite)")
@@ -73,14 +81,35 @@ def _methods_arg(text: str) -> list[str]:
         try:
             check_method(m)
         except ValueError:
-            if m not in METHODS:
+            if not any(m in ms for ms in ARCH_METHODS.values()):
                 bad.append(m)
     if not items or bad:
         extra = f" ({', '.join(map(repr, bad))} unknown)" if bad else ""
         raise argparse.ArgumentTypeError(
-            f"--methods must be a comma-separated subset of {','.join(METHODS)}, but got --methods={text!r}{extra}. "
+            f"--methods must be a comma-separated subset of {','.join(METHODS)} (with --arch ps: "
+            f"{','.join(ARCH_METHODS['ps'])}), but got --methods={text!r}{extra}. "
             f"With --suite, also hindsight and tuner:NAME (NAME one of {', '.join(tuner_names())}).")
     return items
+
+
+def _arch_arg(text: str) -> str:
+    if text not in ARCHS:
+        raise argparse.ArgumentTypeError(f"--arch must be one of {', '.join(ARCHS)}, but got --arch={text!r}.")
+    return text
+
+
+def _model_arg(text: str) -> str:
+    from .emulation import Emulation, is_emulated
+
+    if text == "cnn":
+        return text
+    if is_emulated(text):
+        try:
+            Emulation(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"--model {text!r}: {exc}") from None
+        return text
+    raise argparse.ArgumentTypeError(f"--model must be cnn or emu:NAME (a zoo model), but got --model={text!r}.")
 
 
 def _suite_arg(text: str) -> str:
@@ -96,19 +125,30 @@ def _bench(args: argparse.Namespace) -> int:
     from ._real import BenchPlan, run_bench
 
     if args.suite is not None:
+        if args.arch != "allreduce" or args.model != "cnn":
+            raise CLIError(f"--suite runs all-reduce scenarios with their own models, but got --arch={args.arch!r}, "
+                           f"--model={args.model!r} with --suite={args.suite!r}.")
         return _bench_suite(args)
     for flag, value in (("--scenarios", args.scenarios), ("--repeats", args.repeats)):
         if value is not None:
             raise CLIError(f"{flag} goes with --suite NAME, but got {flag}={value!r} without --suite.")
     _check_trace_args(args)
-    methods = list(METHODS) if args.methods is None else args.methods
-    only_suite = [m for m in methods if m not in METHODS]
+    methods = list(METHODS if args.arch == "allreduce" else ARCH_METHODS["ps"]) if args.methods is None else args.methods
+    not_on_arch = [m for m in methods if m not in ARCH_METHODS[args.arch] and m in {x for v in ARCH_METHODS.values() for x in v}]
+    if not_on_arch:
+        raise CLIError(f"--methods {not_on_arch[0]} does not exist with --arch {args.arch} (its methods: "
+                       f"{','.join(ARCH_METHODS[args.arch])}), but got --methods={','.join(methods)!r}.")
+    if args.model != "cnn" and args.arch != "ps":
+        raise CLIError(f"--model {args.model} (emulated compute) runs with --arch ps here, but got --arch={args.arch!r}.")
+    only_suite = [m for m in methods if m not in ARCH_METHODS[args.arch]]
     if only_suite:
         raise CLIError(f"--methods {only_suite[0]} needs --suite NAME (the single-trace bench runs {','.join(METHODS)}), "
                        f"but got --methods={','.join(methods)!r} without --suite.")
     try:
+        model_spec = None if args.model == "cnn" else {"model": args.model, "compute_scale": args.compute_scale}
         plan = BenchPlan(low_mbit=args.low_mbit, high_mbit=args.high_mbit, every=args.every, iters=args.iters,
-                         methods=methods, bo_iters=args.bo_iters, grid_iters=args.grid_iters)
+                         methods=methods, bo_iters=args.bo_iters, grid_iters=args.grid_iters, arch=args.arch,
+                         model_spec=model_spec)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     out = args.out or os.path.join("runs", time.strftime("bench-%Y%m%d-%H%M%S"))

@@ -4,10 +4,14 @@ Every method trains the same model with 2 workers in network namespaces
 whose links follow the same trace (``autobyte.testbed``), one method after
 the other within one command:
 
-* ``ddp``: plain DistributedDataParallel (25 MiB buckets);
+* ``ddp``: plain DistributedDataParallel (25 MiB buckets); with ``--arch ps``
+  ``dist_sync`` instead: plain MXNet ``dist_sync`` (one server per worker,
+  co-located in its namespace, as in the paper);
 * ``bytescheduler``: the scheduled engine at ByteScheduler's default config;
 * ``bo``: the config ByteScheduler's Bayesian optimisation finds (run for
   real at the trace's first rate, then frozen);
+* ``hindsight``: the best single config over the whole trace, from the
+  oracle's grids (optional);
 * ``autobyte``: the engine tuned online by the shipped meta-network;
 * ``oracle``: per-phase best config, from a grid measured at every rate of the
   trace, switched at each phase boundary.
@@ -43,6 +47,27 @@ def check_rates(low_mbit: Any, high_mbit: Any) -> None:
 GRID_PARTITIONS = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
 GRID_CREDITS = (1, 2, 4)
 METHODS = ("ddp", "bytescheduler", "bo", "autobyte", "oracle")
+#: Communication architectures: ring all-reduce (torch gloo, ``allreduce_ranks``) or an MXNet parameter server (``ps_ranks``).
+ARCHS = ("allreduce", "ps")
+#: The methods of ``--arch ps``: plain ``dist_sync`` is the unscheduled baseline (DDP has no place on a parameter server).
+PS_METHODS = ("dist_sync", "bytescheduler", "bo", "hindsight", "autobyte", "oracle")
+#: Every method ``run_bench`` knows, per architecture (``hindsight`` is optional on all-reduce).
+ARCH_METHODS = {"allreduce": METHODS + ("hindsight",), "ps": PS_METHODS}
+#: The unscheduled baseline of each architecture.
+BASELINE = {"allreduce": "ddp", "ps": "dist_sync"}
+#: The runner module of each architecture: one process per rank, same spec, same outputs.
+RANKS_MODULE = {"allreduce": "autobyte.bench.allreduce_ranks", "ps": "autobyte.bench.ps_ranks"}
+
+
+def check_arch_methods(arch: Any, methods: Sequence[str]) -> None:
+    """``arch`` is one of :data:`ARCHS` and every method exists on it."""
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, but got arch={arch!r}.")
+    known = ARCH_METHODS[arch]
+    bad = [m for m in methods if m not in known]
+    if bad or not methods:
+        hint = f" ({bad[0]!r} is the baseline of arch={[a for a in ARCHS if a != arch][0]!r})" if bad and bad[0] in BASELINE.values() else ""
+        raise ValueError(f"methods must be a non-empty subset of {known} with arch={arch!r}, but got {list(methods)!r}{hint}.")
 
 
 @dataclass
@@ -60,14 +85,27 @@ class BenchPlan:
     bo_iters: int = 200
     batch_size: int = 16
     timeout_s: float = 1800.0
+    #: ``"allreduce"`` or ``"ps"`` (:data:`ARCHS`)
+    arch: str = "allreduce"
+    #: spec fields for every run (e.g. ``{"model": "emu:resnet50", "compute_scale": 10}``)
+    model_spec: dict[str, Any] | None = None
+    #: iterations per window of the BO search (default ``window_iters``): short runs need shorter windows for BO to converge
+    bo_window_iters: int | None = None
+    #: the oracle's grid (default :func:`_grid`)
+    grid: Sequence[Config] | None = None
 
     def __post_init__(self) -> None:
         check_rates(self.low_mbit, self.high_mbit)
         for name in ("every", "iters", "window_iters", "grid_iters", "bo_iters", "batch_size"):
             check_int(name, getattr(self, name))
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise ValueError(f"methods must be a non-empty subset of {METHODS}, but got {list(self.methods)!r}.")
+        if self.arch == "ps" and self.methods is METHODS:  # the default methods: the parameter server's
+            self.methods = PS_METHODS
+        check_arch_methods(self.arch, self.methods)
+        if self.grid is not None and not self.grid:
+            raise ValueError(f"grid must be a non-empty list of configs or None, but got grid={self.grid!r}.")
+
+    def grid_configs(self) -> list[Config]:
+        return list(self.grid) if self.grid is not None else _grid()
 
     def rate_at(self, it: int) -> float:
         """The trace starts high (as the paper's Fig. 6) and alternates every ``every`` iterations."""
@@ -91,12 +129,14 @@ def _run(spec: dict[str, Any], trace: Any, out_dir: str, plan: Any, log: Any) ->
     from ..testbed import BandwidthTrace, Testbed
 
     os.makedirs(out_dir, exist_ok=True)
+    spec = dict(getattr(plan, "model_spec", None) or {}, **spec)
     spec = dict(spec, batch_size=spec.get("batch_size", plan.batch_size))
-    cmd = [sys.executable, "-m", "autobyte.bench.allreduce_ranks", json.dumps(spec), out_dir]
+    arch = getattr(plan, "arch", "allreduce")
+    cmd = [sys.executable, "-m", RANKS_MODULE[arch], json.dumps(spec), out_dir]
     bw = trace if isinstance(trace, BandwidthTrace) else BandwidthTrace.parse(trace)
     t0 = time.monotonic()
     with open(os.path.join(out_dir, "launch.log"), "w") as f, Testbed(2, trace=bw) as tb:
-        rc = tb.run(cmd, timeout_s=plan.timeout_s, events_log=os.path.join(out_dir, "events.jsonl"),
+        rc = tb.run(cmd, ps=arch == "ps", timeout_s=plan.timeout_s, events_log=os.path.join(out_dir, "events.jsonl"),
                     env={"PYTHONUNBUFFERED": "1"}, stdout=f)
     if rc != 0:
         raise RuntimeError(f"run {spec['method']} in {out_dir} failed with exit code {rc}; see {out_dir}/launch.log")
@@ -118,7 +158,7 @@ def _read_sweep(d: str) -> dict[Config, float]:
 
 def _sweep(rate: float, plan: BenchPlan, out: str, log: Any) -> dict[Config, float]:
     d = os.path.join(out, f"grid_{rate:g}mbit")
-    _run(_sweep_spec(_grid(), plan.grid_iters, plan.grid_warmup), f"const:{rate:g}", d, plan, log)
+    _run(_sweep_spec(plan.grid_configs(), plan.grid_iters, plan.grid_warmup), f"const:{rate:g}", d, plan, log)
     return _read_sweep(d)
 
 
@@ -154,14 +194,14 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
     require_root()
     os.makedirs(out, exist_ok=True)
     trace = plan.trace_spec()
-    log(f"autobyte bench: 2 workers, trace {trace}, {plan.iters} iterations, methods {', '.join(plan.methods)}")
+    log(f"autobyte bench ({plan.arch}): 2 workers, trace {trace}, {plan.iters} iterations, methods {', '.join(plan.methods)}")
     runs: dict[str, list[dict[str, Any]]] = {}
     decisions: dict[str, list[dict[str, Any]]] = {}
     best: dict[float, Config] = {}
     grid: dict[float, dict[Config, float]] = {}
-    if "oracle" in plan.methods:
+    if {"oracle", "hindsight"} & set(plan.methods):
         for rate in (plan.high_mbit, plan.low_mbit):
-            log(f"oracle grid at {rate:g} Mbit/s ({len(_grid())} configs)")
+            log(f"oracle grid at {rate:g} Mbit/s ({len(plan.grid_configs())} configs)")
             grid[rate] = _sweep(rate, plan, out, log)
             best[rate] = max(grid[rate], key=grid[rate].__getitem__)
             log(f"  best {best[rate]} at {grid[rate][best[rate]]:.1f} samples/s")
@@ -169,9 +209,10 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
     if "bo" in plan.methods:
         log(f"BO search at {plan.high_mbit:g} Mbit/s ({plan.bo_iters} iterations)")
         bo_config = _bo_search({}, f"const:{plan.high_mbit:g}", os.path.join(out, "bo_search"), plan, log,
-                               iters=plan.bo_iters, window_iters=plan.window_iters)
+                               iters=plan.bo_iters, window_iters=plan.bo_window_iters or plan.window_iters)
     specs: dict[str, dict[str, Any]] = {
         "ddp": {"method": "ddp"},
+        "dist_sync": {"method": "dist_sync"},
         "bytescheduler": {"method": "static", "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]},
         "autobyte": {"method": "tuner", "tuner": "autobyte", "window_iters": plan.window_iters,
                      "config": [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]},
@@ -184,6 +225,8 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
             c = best[plan.rate_at(start)]
             phases.append([start, [c.partition_bytes, c.credit_bytes]])
         specs["oracle"] = {"method": "phases", "phases": phases}
+        h = hindsight_config(plan, grid)
+        specs["hindsight"] = {"method": "static", "config": [h.partition_bytes, h.credit_bytes]}
     for m in plan.methods:
         log(f"trace run: {m}")
         d = os.path.join(out, f"run_{m}")
@@ -193,8 +236,18 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
     summary = summarize(plan, runs)
     summary["bo_config"] = None if bo_config is None else bo_config.to_dict()
     summary["oracle_configs"] = {f"{r:g}": c.to_dict() for r, c in best.items()}
+    summary["hindsight_config"] = specs["hindsight"]["config"] if "hindsight" in specs else None
+    summary["arch"] = plan.arch
+    summary["grid"] = {f"{r:g}": [[c.partition_bytes, c.credit_bytes, v] for c, v in g.items()] for r, g in grid.items()}
     write_outputs(plan, runs, decisions, summary, out)
     return summary
+
+
+def hindsight_config(plan: BenchPlan, grid: dict[float, dict[Config, float]]) -> Config:
+    """The one config with the shortest predicted time over the whole trace (iterations per rate / grid throughput)."""
+    n_at = {r: sum(1 for it in range(plan.iters) if plan.rate_at(it) == r) for r in grid}
+    common = set.intersection(*(set(g) for g in grid.values()))
+    return min(sorted(common), key=lambda c: sum(n_at[r] / grid[r][c] for r in grid if grid[r][c] > 0))
 
 
 def summarize(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -211,7 +264,7 @@ def summarize(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]]) -> dict[st
             "high": tput([r for r in its if plan.rate_at(r["iteration"]) == plan.high_mbit]),
         }
     out: dict[str, Any] = {"throughput": rows, "trace": plan.trace_spec()}
-    for ref in ("bo", "oracle", "ddp"):
+    for ref in ("bo", "hindsight", "oracle", "ddp", "dist_sync"):
         if ref in rows:
             out[f"vs_{ref}"] = {m: {k: (v[k] / rows[ref][k] if rows[ref][k] else None) for k in v} for m, v in rows.items()}
     return out
@@ -228,14 +281,16 @@ def write_outputs(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]], decisi
                 w.writerow([m, r["iteration"], plan.rate_at(r["iteration"]), f"{r['seconds']:.6f}", f"{r['samples_per_s']:.3f}", cfg[0], cfg[1]])
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    lines = [f"Trace `{summary['trace']}` (Mbit/s), 2 workers, {plan.iters} iterations, batch {plan.batch_size} per worker.", "",
-             "| method | samples/s (all) | low-rate phases | high-rate phases | vs BO | vs oracle | vs DDP |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    base = BASELINE[plan.arch]
+    lines = [f"Trace `{summary['trace']}` (Mbit/s), 2 workers, {plan.arch}, {plan.iters} iterations, batch {plan.batch_size} per worker.", "",
+             f"| method | samples/s (all) | low-rate phases | high-rate phases | vs BO | vs hindsight | vs oracle | vs {base} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m, v in summary["throughput"].items():
         def ratio(ref: str) -> str:
             r = summary.get(f"vs_{ref}", {}).get(m, {}).get("all")
             return "" if r is None else f"{r:.3f}x"
-        lines.append(f"| {m} | {v['all']:.1f} | {v['low']:.1f} | {v['high']:.1f} | {ratio('bo')} | {ratio('oracle')} | {ratio('ddp')} |")
+        lines.append(f"| {m} | {v['all']:.1f} | {v['low']:.1f} | {v['high']:.1f} | {ratio('bo')} | {ratio('hindsight')} | {ratio('oracle')} "
+                     f"| {ratio(base)} |")
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
