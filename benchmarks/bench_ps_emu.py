@@ -1,6 +1,6 @@
 """Emulated compute, parameter server: ResNet50 at compute_scale 10 on the Fig. 6 trace (1000/300 Mbit/s every 20 iterations).
 
-    sudo PYTHONPATH=$PWD python docs/figures/bench/ps_emu_bench.py OUT
+    sudo PYTHONPATH=$PWD python benchmarks/bench_ps_emu.py OUT
 
 ``autobyte bench --arch ps --model emu:resnet50 --low-mbit 300 --high-mbit 1000 --every 20 --iters 40`` with a
 6-config grid, batch 64 (the profile's) and a 24-iteration BO search in 4-iteration windows (the CLI has no

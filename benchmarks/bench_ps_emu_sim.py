@@ -1,6 +1,6 @@
 """The simulator's prediction for the emulated parameter-server bench (ResNet50 at compute_scale 10, 2 workers).
 
-    PYTHONPATH=$PWD python docs/figures/bench/ps_emu_sim.py OUT.json [HIGH_MBIT LOW_MBIT EVERY ITERS]
+    PYTHONPATH=$PWD python benchmarks/bench_ps_emu_sim.py OUT.json [HIGH_MBIT LOW_MBIT EVERY ITERS]
 
 Same set-up as ``autobyte bench --arch ps --model emu:resnet50``: the scaled
 profile (:meth:`Emulation.scaled_profile`), 2 workers, PS with one server per

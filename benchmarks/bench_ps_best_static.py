@@ -1,6 +1,6 @@
 """Real compute, parameter server: the scheduled engine at its best config vs plain dist_sync on one shaped link.
 
-    sudo PYTHONPATH=$PWD python docs/figures/bench/ps_best_static.py OUT [RATE_MBIT] [ROUNDS]
+    sudo PYTHONPATH=$PWD python benchmarks/bench_ps_best_static.py OUT [RATE_MBIT] [ROUNDS]
 
 A grid of configs is measured once at RATE_MBIT (default 300) to pick the
 best; then plain ``dist_sync`` and the engine at that config run alternately,
