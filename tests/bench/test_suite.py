@@ -275,7 +275,7 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
     (["bench", "--suite", "quick", "--repeats", "0"], "--repeats must be an integer in [1, 100], but got --repeats=0."),
     (["bench", "--suite", "quick", "--iters", "5"], "--iters sets the single-trace bench, not a suite"),
     (["bench", "--repeats", "3"], "--repeats goes with --suite NAME, but got --repeats=3 without --suite."),
-    (["bench", "--methods", "hindsight"], "--methods hindsight needs --suite NAME"),
+    (["bench", "--methods", "tuner:autobyte"], "--methods tuner:autobyte needs --suite NAME"),
 ])
 def test_cli_rejects_bad_suite_arguments(argv, message, capsys):
     t0 = time.monotonic()
