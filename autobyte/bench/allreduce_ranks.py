@@ -38,7 +38,6 @@ exactly at its iteration boundaries.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -53,10 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     torch = require_torch()
     import torch.distributed as dist
 
-    from ..core import Config
     from ..integrations.torch import schedule
     from ..testbed import notify_iteration
     from .emulation import DEFAULT_SCALE, Emulation, is_emulated
+    from ._rank_plan import iteration_plan, write_rank_outputs
     from .models import make_cnn, make_model, model_batches
 
     torch.set_num_threads(int(spec.get("threads", 1)))
@@ -123,15 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             on_decision=log_decision, timeout_s=float(spec.get("timeout_s", 600)),
         )
 
-    phases = {int(k): v for k, v in spec.get("phases", [])} if method == "phases" else {}
-    sweep: list[tuple[int, Config]] = []
-    if method == "sweep":
-        per = int(spec.get("iters_per_config", 10)) + int(spec.get("warmup", 3))
-        sweep = [(i * per, Config(int(c[0]), int(c[1]))) for i, c in enumerate(spec["configs"])]
-        n_iters = per * len(sweep)
-    else:
-        n_iters = int(spec.get("iters", 200))
-    switch = dict(sweep) if sweep else {k: Config(int(v[0]), int(v[1])) for k, v in phases.items()}
+    n_iters, switch, sweep = iteration_plan(spec)
 
     rows: list[dict[str, Any]] = []
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -167,26 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None), "iters": n_iters}
     if emu is not None:
         meta.update(emulation=emu.to_dict(), sleep_overshoot_s=model.overshoot_s, batch_size=bs)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(meta, f)
-    if rank == 0:
-        with open(os.path.join(out_dir, "iterations.jsonl"), "w") as f:
-            for r in rows:
-                r["samples_per_s"] = bs * world / r["seconds"]
-                f.write(json.dumps(r) + "\n")
-        with open(os.path.join(out_dir, "decisions.jsonl"), "w") as f:
-            for d in decisions:
-                f.write(json.dumps(d) + "\n")
-        if sweep:
-            per = int(spec.get("iters_per_config", 10)) + int(spec.get("warmup", 3))
-            warm = int(spec.get("warmup", 3))
-            with open(os.path.join(out_dir, "sweep.jsonl"), "w") as f:
-                for i, (first, cfg) in enumerate(sweep):
-                    seg = rows[first + warm:first + per]
-                    secs = sum(r["seconds"] for r in seg)
-                    f.write(json.dumps({"config": [cfg.partition_bytes, cfg.credit_bytes], "iters": len(seg),
-                                        "samples_per_s": bs * world * len(seg) / secs}) + "\n")
+    write_rank_outputs(out_dir, rank, world, bs, spec, meta, rows, decisions, sweep)
     if handle is not None:
         handle.close()
     dist.destroy_process_group()

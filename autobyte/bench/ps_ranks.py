@@ -34,7 +34,6 @@ with :func:`autobyte.testbed.notify_iteration`.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -54,8 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     mx = import_mxnet()  # a scheduler or server process serves here and exits
     from mxnet import autograd, gluon
 
-    from ..core import Config
     from ..testbed import notify_iteration
+    from ._rank_plan import iteration_plan, write_rank_outputs
 
     kv = mx.kv.create("dist_sync")
     rank, world = int(kv.rank), int(kv.num_workers)
@@ -109,15 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     est = _Est()
     est.trainer = trainer  # type: ignore[attr-defined]
 
-    phases = {int(k): v for k, v in spec.get("phases", [])} if method == "phases" else {}
-    sweep: list[tuple[int, Config]] = []
-    per = int(spec.get("iters_per_config", 10)) + int(spec.get("warmup", 3))
-    if method == "sweep":
-        sweep = [(i * per, Config(int(c[0]), int(c[1]))) for i, c in enumerate(spec["configs"])]
-        n_iters = per * len(sweep)
-    else:
-        n_iters = int(spec.get("iters", 200))
-    switch = dict(sweep) if sweep else {k: Config(int(v[0]), int(v[1])) for k, v in phases.items()}
+    n_iters, switch, sweep = iteration_plan(spec)
 
     rows: list[dict[str, Any]] = []
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -164,25 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = {"rank": rank, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
             "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None),
             "method": method, "model": model_name}
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(meta, f)
-    if rank == 0:
-        with open(os.path.join(out_dir, "iterations.jsonl"), "w") as f:
-            for r in rows:
-                r["samples_per_s"] = bs * world / r["seconds"]
-                f.write(json.dumps(r) + "\n")
-        with open(os.path.join(out_dir, "decisions.jsonl"), "w") as f:
-            for d in decisions:
-                f.write(json.dumps(d) + "\n")
-        if sweep:
-            warm = int(spec.get("warmup", 3))
-            with open(os.path.join(out_dir, "sweep.jsonl"), "w") as f:
-                for first, cfg in sweep:
-                    seg = rows[first + warm:first + per]
-                    secs = sum(r["seconds"] for r in seg)
-                    f.write(json.dumps({"config": [cfg.partition_bytes, cfg.credit_bytes], "iters": len(seg),
-                                        "samples_per_s": bs * world * len(seg) / secs}) + "\n")
+    write_rank_outputs(out_dir, rank, world, bs, spec, meta, rows, decisions, sweep)
 
 
 def _model(mx: Any, gluon: Any, spec: dict[str, Any], name: str, bs: int, rank: int) -> tuple[Any, list[Any], Any]:

@@ -1,0 +1,59 @@
+"""What a benchmark rank runs and writes, shared by the all-reduce and the parameter-server rank scripts.
+
+:func:`iteration_plan` reads a rank spec's ``method`` (``phases``: switch to a
+config at given iterations; ``sweep``: measure each config for
+``iters_per_config`` after ``warmup`` iterations; otherwise ``iters``
+iterations) into the number of iterations and the switches;
+:func:`write_rank_outputs` writes ``rank<R>.json`` and, on rank 0,
+``iterations.jsonl``, ``decisions.jsonl`` and (sweeps) ``sweep.jsonl``, the
+files :mod:`autobyte.bench._real` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+from ..core import Config
+
+
+def iteration_plan(spec: dict[str, Any]) -> tuple[int, dict[int, Config], list[tuple[int, Config]]]:
+    """Iterations to run, the configuration to switch to at each listed iteration, and a sweep's (first iteration, config)."""
+    method = spec["method"]
+    sweep: list[tuple[int, Config]] = []
+    if method == "sweep":
+        per = int(spec.get("iters_per_config", 10)) + int(spec.get("warmup", 3))
+        sweep = [(i * per, Config(int(c[0]), int(c[1]))) for i, c in enumerate(spec["configs"])]
+        n_iters = per * len(sweep)
+    else:
+        n_iters = int(spec.get("iters", 200))
+    phases = {int(k): v for k, v in spec.get("phases", [])} if method == "phases" else {}
+    switch = dict(sweep) if sweep else {k: Config(int(v[0]), int(v[1])) for k, v in phases.items()}
+    return n_iters, switch, sweep
+
+
+def write_rank_outputs(out_dir: str, rank: int, world: int, batch_size: int, spec: dict[str, Any], meta: dict[str, Any],
+                       rows: list[dict[str, Any]], decisions: Sequence[dict[str, Any]], sweep: Sequence[tuple[int, Config]]) -> None:
+    """``rank<R>.json`` (``meta``); on rank 0 the iterations (samples/s added), the decisions and a sweep's throughput per config."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(meta, f)
+    if rank != 0:
+        return
+    with open(os.path.join(out_dir, "iterations.jsonl"), "w") as f:
+        for r in rows:
+            r["samples_per_s"] = batch_size * world / r["seconds"]
+            f.write(json.dumps(r) + "\n")
+    with open(os.path.join(out_dir, "decisions.jsonl"), "w") as f:
+        for d in decisions:
+            f.write(json.dumps(d) + "\n")
+    if sweep:
+        warm = int(spec.get("warmup", 3))
+        per = int(spec.get("iters_per_config", 10)) + warm
+        with open(os.path.join(out_dir, "sweep.jsonl"), "w") as f:
+            for first, cfg in sweep:
+                seg = rows[first + warm:first + per]
+                secs = sum(r["seconds"] for r in seg)
+                f.write(json.dumps({"config": [cfg.partition_bytes, cfg.credit_bytes], "iters": len(seg),
+                                    "samples_per_s": batch_size * world * len(seg) / secs}) + "\n")
