@@ -516,6 +516,23 @@ def meta_contexts(measurement: Measurement) -> list[dict[str, Any]]:
     return out
 
 
+def _load_net(weights: str | None) -> tuple[Any, str]:
+    """The meta-network of ``weights`` (default: the shipped ones) and its path.
+
+    Raises:
+        FileNotFoundError: no weights there.
+    """
+    from ..meta import MetaNetwork, default_weights_path
+
+    path = weights or str(default_weights_path())
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"weights must name trained meta-network weights, but {path!r} does not exist "
+            "(no shipped weights yet: train them with `autobyte train-meta`, or pass --weights)."
+        )
+    return MetaNetwork.load(path), path
+
+
 def meta_rows(net: Any, ctxs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """The meta-network's rows of :func:`meta_contexts` windows: embeddings, candidate features, targets, spans per window.
 
@@ -562,14 +579,11 @@ def finetune_meta(
         FileNotFoundError: no weights at the given / shipped path.
         ValueError: ``out`` not ending in ``.npz``, or no window in ``raw_dirs``.
     """
-    from ..meta import Adapter, MetaNetwork, default_weights_path
+    from ..meta import Adapter
 
     if not isinstance(out, str) or not out.endswith(".npz"):
         raise ValueError(f"out must be a path ending in '.npz', but got out={out!r}.")
-    path = weights or str(default_weights_path())
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"weights must name trained meta-network weights, but {path!r} does not exist.")
-    net = MetaNetwork.load(path)
+    net, path = _load_net(weights)
     ctxs = [c for d in raw_dirs for c in meta_contexts(read_measurement(d))]
     if not ctxs:
         raise ValueError(f"raw_dirs must hold measured windows, but got none in {list(raw_dirs)!r}.")
@@ -620,14 +634,9 @@ def evaluate_meta(
     """
     if holdout not in ("rep", "rate"):
         raise ValueError(f"holdout must be 'rep' or 'rate', but got holdout={holdout!r}.")
-    from ..meta import Adapter, MetaNetwork, default_weights_path
+    from ..meta import Adapter
 
-    path = weights or str(default_weights_path())
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"weights must name trained meta-network weights, but {path!r} does not exist "
-            "(no shipped weights yet: train them with `autobyte train-meta`, or pass --weights)."
-        )
+    net, path = _load_net(weights)
     ctxs = [c for d in raw_dirs for c in meta_contexts(read_measurement(d))]
     if holdout == "rep":
         last = max(c["rep"] for c in ctxs)
@@ -637,13 +646,9 @@ def evaluate_meta(
         held = [c["rate_mbit"] == top for c in ctxs]
     if all(held) or not any(held):
         raise ValueError(f"holdout={holdout!r} leaves no window on one side (need at least 2 repetitions / rates).")
-    net = MetaNetwork.load(path)
-
-    def rows(sel: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
-        return meta_rows(net, sel)
 
     def score(sel: list[dict[str, Any]]) -> dict[str, float]:
-        emb, cand, y, spans = rows(sel)
+        emb, cand, y, spans = meta_rows(net, sel)
         pred = np.asarray(net.head_batch(emb, cand), dtype=np.float64).reshape(-1)
         ape = np.abs(np.exp(pred - y) - 1.0)  # |predicted speed - real| / real
         top = [float(np.exp(y[a:b][np.argmax(pred[a:b])]) >= 0.95 * np.exp(y[a:b]).max()) for a, b in spans]
@@ -654,7 +659,7 @@ def evaluate_meta(
     test_ctx = [c for c, h in zip(ctxs, held) if h]
     before = score(test_ctx)
     before_fit = score(fit_ctx)
-    emb, cand, y, _ = rows(fit_ctx)
+    emb, cand, y, _ = meta_rows(net, fit_ctx)
     ad = Adapter(net, time_budget_s=time_budget_s, max_epochs=max_epochs)
     ad.start(emb, cand, y, background=False)
     after = score(test_ctx)
@@ -717,14 +722,11 @@ def evaluate_meta_online(
         FileNotFoundError: no weights at the given / shipped path.
         ValueError: ``n_observed`` not below the configs of a condition, or no condition to score.
     """
-    from ..meta import Adapter, MetaNetwork, candidate_features, default_weights_path, featurize
+    from ..meta import Adapter
 
     check_int("n_observed", n_observed)
     check_int("orders", orders)
-    path = weights or str(default_weights_path())
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"weights must name trained meta-network weights, but {path!r} does not exist.")
-    net = MetaNetwork.load(path)
+    net, path = _load_net(weights)
     by_cond: dict[tuple[str, float, int], list[dict[str, Any]]] = {}
     for d in raw_dirs:
         for c in meta_contexts(read_measurement(d)):
@@ -734,10 +736,8 @@ def evaluate_meta_online(
         raise ValueError(f"n_observed must be below the number of configs measured in a condition, but got n_observed={n_observed}.")
 
     def predict(c: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        job = featurize(c["features"], c["current"], c["observed"])
-        emb = np.atleast_2d(net.encode(job))
-        cand = candidate_features(job.layer_bytes, c["candidates"], c["current"])
-        return emb, cand, np.log(c["speed"] / c["observed"])
+        emb, cand, y, _ = meta_rows(net, [c])
+        return emb[:1], cand, y  # one window: its embedding once
 
     def ape(emb: np.ndarray, cand: np.ndarray, y: np.ndarray) -> np.ndarray:
         pred = np.asarray(net.head_batch(np.repeat(emb, len(y), 0), cand), dtype=np.float64).reshape(-1)
@@ -795,7 +795,7 @@ def _rank_main(spec_path: str, out_dir: str) -> None:
     from ..integrations.torch import schedule
     from ..sim import profile_module
     from ..testbed import notify_iteration
-    from .models import make_cnn, make_model, model_batches
+    from .models import make_model, model_batches
 
     import faulthandler
     import signal
@@ -810,10 +810,7 @@ def _rank_main(spec_path: str, out_dir: str) -> None:
     bs = int(spec.get("batch_size", 16))
     model_name = str(spec.get("model", "cnn"))
     data = model_batches(model_name, 8, bs, rank, seed=0)
-    if model_name == "cnn":
-        model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
-    else:
-        model = make_model(model_name)
+    model = make_model(model_name, width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
     loss_fn = torch.nn.functional.cross_entropy
 
     # Compute profile on this CPU, both ranks at once (as during training).
