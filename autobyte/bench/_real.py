@@ -30,7 +30,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, KiB, MiB, Config
 from ..core._checks import check_int, check_positive
@@ -243,11 +243,22 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
     return summary
 
 
+def least_time_config(iters: Mapping[Any, int], grids: Mapping[Any, Mapping[Config, float]]) -> Config:
+    """The one config every grid measured with the least predicted time, ``sum(iters[k] / grids[k][config])``.
+
+    ``iters`` gives the iterations run under each condition ``k`` and
+    ``grids[k]`` the samples/s measured there; ties go to the smaller
+    ``(partition, credit)``. The best static config in hindsight of
+    ``autobyte bench`` and of the suite.
+    """
+    common = set.intersection(*(set(grids[k]) for k in iters))
+    return min(sorted(common, key=lambda c: (c.partition_bytes, c.credit_bytes)),
+               key=lambda c: sum(n / grids[k][c] for k, n in iters.items()))
+
+
 def hindsight_config(plan: BenchPlan, grid: dict[float, dict[Config, float]]) -> Config:
     """The one config with the shortest predicted time over the whole trace (iterations per rate / grid throughput)."""
-    n_at = {r: sum(1 for it in range(plan.iters) if plan.rate_at(it) == r) for r in grid}
-    common = set.intersection(*(set(g) for g in grid.values()))
-    return min(sorted(common), key=lambda c: sum(n_at[r] / grid[r][c] for r in grid if grid[r][c] > 0))
+    return least_time_config({r: sum(1 for it in range(plan.iters) if plan.rate_at(it) == r) for r in grid}, grid)
 
 
 def summarize(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -148,7 +148,12 @@ def best_static_in_hindsight(sc: Scenario, grids: Mapping[Condition, Mapping[Con
     common = set.intersection(*(set(grids[c]) for c in conds))
     if not common:
         raise ValueError(f"the grids of scenario {sc.name!r} must share at least one config, but they share none.")
-    return min(sorted(common, key=lambda c: (c.partition_bytes, c.credit_bytes)), key=lambda c: predicted_seconds(sc, grids, c))
+    from ._real import least_time_config
+
+    iters: dict[Condition, int] = {}
+    for p in sc.phases:
+        iters[p.condition] = iters.get(p.condition, 0) + p.iters
+    return least_time_config(iters, grids)
 
 
 def oracle_phases(sc: Scenario, grids: Mapping[Condition, Mapping[Config, float]]) -> list[list[Any]]:

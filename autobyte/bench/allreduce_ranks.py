@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..testbed import notify_iteration
     from .emulation import DEFAULT_SCALE, Emulation, is_emulated
     from ._rank_plan import iteration_plan, write_rank_outputs
-    from .models import make_cnn, make_model, model_batches
+    from .models import make_model, model_batches
 
     torch.set_num_threads(int(spec.get("threads", 1)))
     if spec.get("debug_hang_s"):
@@ -84,10 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         bs = int(spec.get("batch_size", 16))
         data = model_batches(model_name, 8, bs, rank, seed=int(spec.get("seed", 0)))
-        if model_name == "cnn":
-            model = make_cnn(width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
-        else:
-            model = make_model(model_name)
+        model = make_model(model_name, width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.functional.cross_entropy
         compute_s = float(spec.get("compute_s") or 0.0) or (_compute_time(model, data, loss_fn) if slow else 0.0)

@@ -100,13 +100,13 @@ MODELS = ("cnn", "transformer", "mlp")
 SEQ_LEN = 64
 
 
-def make_model(name: str, seed: int = 0) -> Any:
-    """One of :data:`MODELS` at its default size."""
+def make_model(name: str, seed: int = 0, *, width: int = 32, hidden: int = 1536) -> Any:
+    """One of :data:`MODELS` at its default size (the CNN sized by ``width`` and ``hidden``, as :func:`make_cnn`)."""
     if name not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, but got model={name!r}.")
     if name == "transformer":
         return make_transformer(seed=seed)
-    return make_mlp(seed=seed) if name == "mlp" else make_cnn(seed=seed)
+    return make_mlp(seed=seed) if name == "mlp" else make_cnn(width=width, hidden=hidden, seed=seed)
 
 
 def model_batches(name: str, n: int, batch_size: int, rank: int = 0, seed: int = 0) -> list[tuple[Any, Any]]:
