@@ -9,10 +9,12 @@ forward-gating hooks, and takes over the optimizer
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
 import queue
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -313,3 +315,25 @@ def device_problem(backend: str, device_types: set[str]) -> str | None:
         return (f"the process group's backend is gloo, which averages CPU (and CUDA) tensors, but the model's parameters "
                 f"sit on {sorted(device_types)}; move the model to the CPU or a GPU before schedule().")
     return None
+
+
+def end_gloo_at_exit() -> None:
+    """Destroy the default process group at interpreter exit when it runs on gloo (registered once).
+
+    Lightning destroys the group it made at exit for NCCL only. A gloo group left to the
+    interpreter's finalization can abort the process after training finished: a worker
+    thread of gloo releases the tensors of the last collective (``trainer.log_dir`` after
+    ``fit`` is one) while Python is shutting down, cannot take the GIL and calls
+    ``std::terminate`` (see :meth:`_SetUp._release_groups`; measured in docs/lightning.md).
+    From ``atexit`` the group's threads are joined while Python is whole. Local: no collective.
+    """
+    atexit.unregister(_destroy_gloo_default_group)  # one registration, however many fits
+    atexit.register(_destroy_gloo_default_group)
+
+
+def _destroy_gloo_default_group() -> None:
+    try:
+        if dist.is_available() and dist.is_initialized() and str(dist.get_backend()).lower() == "gloo":
+            dist.destroy_process_group()
+    except (RuntimeError, ValueError) as exc:  # at exit: say it, do not raise
+        print(f"autobyte: could not destroy gloo's default process group at exit: {exc}", file=sys.stderr)

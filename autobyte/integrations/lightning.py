@@ -68,6 +68,7 @@ def _import_lightning() -> ModuleType:
 
 pl = _import_lightning()
 from . import torch as _engine  # noqa: E402  (imports torch with its own install hint)
+from ._torch_setup import end_gloo_at_exit  # noqa: E402
 
 _torch = _engine.torch
 
@@ -295,6 +296,8 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             on_decision=self._on_decision, iteration_hooks=False,
         )
         self._active = True
+        if self.handle.world_size > 1:
+            end_gloo_at_exit()  # Lightning leaves a gloo group to finalization, which can abort
         if self._restored is not None:
             self.handle.load_state_dict(self._restored.get("engine", {}))
             self.decisions = [dict(d) for d in self._restored.get("decisions", [])]

@@ -35,6 +35,18 @@ def test_example_runs_as_written(tmp_path):
     assert "done: 60 steps" in out
 
 
+def test_gloo_default_group_is_destroyed_at_exit(tmp_path):
+    # Lightning leaves a gloo group to the interpreter's finalization, where a collective's
+    # last release can abort the process; the callback destroys it from atexit instead.
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "scripts", "lightning_exit.py")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "backend gloo, after fit: ok" in out, out[-4000:]
+    assert "EXIT rank 0: default group alive=False" in out, out[-4000:]
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_notebook"])
 def test_lightning_starts_the_processes(tmp_path, strategy):
     # "ddp": Lightning re-runs the script for rank 1 (what `python train.py` does for users).
