@@ -295,10 +295,19 @@ def _suites() -> dict[str, Suite]:
     )
     # the paper's Fig. 6 on emulated compute: ResNet-50 at V100 speed / 10, links at the paper's 10 / 3 Gbit/s / 10
     hi, lo = Condition(scaled_mbit(10.0, 10.0)), Condition(scaled_mbit(3.0, 10.0))
+    # held out (chosen and written before any run of it): the paper's Fig. 7 kind of change (other jobs join: the
+    # link is shared, then the compute too) on another model, DenseNet-169 (57 MB in 170 tensors, many small ones)
+    shared_link, shared_both = Condition(600, flow=True), Condition(600, flow=True, slowdown=2.0)
     paper = (
         Scenario("fig6-resnet50", "emu:resnet50", tuple(Phase(20, c) for c in (hi, lo) * 2), "tune", 64,
                  "ResNet-50 emulated 10x slower than a V100 (batch 64, 102 MB of gradients in 54 tensors); links 1000/300 "
                  "Mbit/s (the paper's 10/3 Gbit/s / 10) switching every 20 iterations, from the high rate", 10.0),
+        Scenario("heldout-fig7-densenet169", "emu:densenet169",
+                 (Phase(20, Condition(600)), Phase(20, shared_link), Phase(20, shared_both), Phase(20, Condition(600))),
+                 "heldout", 32,
+                 "DenseNet-169 emulated 10x slower than a V100 (batch 32, 57 MB in 170 tensors); 600 Mbit/s (the paper's "
+                 "6 Gbit/s / 10), then jobs join as in the paper's Fig. 7: a competing TCP flow 1->0 shares the link "
+                 "(iterations 20-59), rank 1 also computes 2x slower (40-59), all gone at 60", 10.0),
     )
     emu_smoke = (
         Scenario("emu-smoke", "emu:densenet121", (Phase(3, Condition(2000)), Phase(3, Condition(600, slowdown=2.0))), "tune", 32,
@@ -311,10 +320,10 @@ def _suites() -> dict[str, Suite]:
                        bo_iters=120, window_iters=5, repeats=2, about="2 short scenarios, 4-config grid, a few minutes"),
         "smoke": Suite("smoke", smoke, partitions=(256 * KiB, 4 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
                        bo_iters=6, window_iters=3, repeats=1, about="one 8-iteration scenario: the test suite's real run"),
-        "paper": Suite("paper", paper, partitions=(512 * KiB, 2 * MiB, 8 * MiB, 32 * MiB), credits=(1, 4), grid_iters=3,
-                       grid_warmup=1, bo_iters=112, window_iters=5, repeats=2,
-                       about="the paper's Fig. 6 on emulated compute (ResNet-50, 1000/300 Mbit/s every 20 iterations), "
-                             "8-config grid, BO 112 iterations (15 steps of 5+2)"),
+        "paper": Suite("paper", paper, partitions=(256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 8 * MiB, 32 * MiB), credits=(1, 2, 4),
+                       grid_iters=3, grid_warmup=1, bo_iters=112, window_iters=5, repeats=2,
+                       about="the paper's Fig. 6 (ResNet-50, 1000/300 Mbit/s every 20 iterations, tune) and a Fig. 7 kind of "
+                             "change on DenseNet-169 (held out), emulated compute; 18-config grid, BO 112 iterations (15 steps of 5+2)"),
         "emu-smoke": Suite("emu-smoke", emu_smoke, partitions=(1 * MiB, 8 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
                            bo_iters=6, window_iters=3, repeats=1, about="one 6-iteration emulated scenario: the test suite's real run"),
     }

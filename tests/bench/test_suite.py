@@ -11,6 +11,7 @@ import pytest
 
 from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario
 from autobyte.bench.emulation import Emulation
+from autobyte.core import KiB, MiB
 from autobyte.bench._suite import (
     BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
     summarize_scenario, summarize_suite, table_md, throughput, worst_span_ratio, write_suite,
@@ -119,6 +120,18 @@ def test_full_suite_covers_the_asked_scenario_kinds():
     lengths = {p.iters for s in scs for p in s.phases}
     assert min(lengths) >= 15 and max(lengths) <= 50 and max(lengths) - min(lengths) >= 20  # long and short
     assert set(SUITES["quick"].grid()) <= set(full.grid())
+
+
+def test_paper_suite_judges_on_a_held_out_model_and_grid_reaches_small_partitions():
+    paper = SUITES["paper"]
+    tune = [s for s in paper.scenarios if s.tag == "tune"]
+    held = [s for s in paper.scenarios if s.tag == "heldout"]
+    assert tune and held and all(s.emulated for s in paper.scenarios)
+    assert not {s.model for s in held} & {s.model for s in tune}  # a model the tuned-on scenario does not train
+    conds = [c for s in held for c in s.conditions()]
+    assert any(c.flow for c in conds) and any(c.slowdown > 1 for c in conds)  # Fig. 7: the link, then the compute shared
+    parts = {c.partition_bytes for c in paper.grid()}
+    assert min(parts) <= 256 * KiB and max(parts) >= 32 * MiB and len(paper.grid()) >= 18
 
 
 def test_scenario_trace_rates_flows_asymmetry_and_slowdown():
