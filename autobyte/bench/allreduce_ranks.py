@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         emu = Emulation(model_name, float(spec.get("compute_scale", DEFAULT_SCALE)), spec.get("batch_size"))
         bs = emu.profile().batch_size
         model: Any = EmulatedModel(emu, rank)
-        data: list[Any] = [(None, None)]
+        data: list[Any] = [(model.example_input(), None)]  # the batch the engine's tuner counts
         # a plain SGD step: one pass over the real tensors (momentum would add two on 2 shared cores)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 

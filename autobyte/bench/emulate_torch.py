@@ -137,6 +137,16 @@ class EmulatedModel(_Module):
         self.layers = torch.nn.ModuleList(
             EmulatedLayer(self, i, n, fwd[i], bwd[i], rank) for i, n in enumerate(emulation.layer_elements))
 
+    def example_input(self) -> Any:
+        """An input of the profile's batch (``batch x 0`` elements: no memory) for ``model(x)``.
+
+        The model ignores it; an engine that counts samples from the forward's
+        first tensor (:func:`autobyte.integrations.torch.schedule`'s hooks) then
+        counts the emulated batch, so speeds are in the emulated samples/s
+        (called with no input, every iteration counts as one sample).
+        """
+        return torch.empty((self.emulation.profile().batch_size, 0), dtype=torch.float32)
+
     def forward(self, x: Any = None) -> Any:
         h = torch.zeros((), dtype=torch.float32)
         for layer in self.layers:

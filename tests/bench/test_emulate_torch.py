@@ -54,6 +54,16 @@ def test_backward_takes_the_profiles_time_layer_by_layer_output_to_input():
     assert all(torch.equal(p.grad, grad_pattern(p.numel(), i, 0)) for i, p in enumerate(m.parameters()))
 
 
+def test_example_input_makes_the_engine_count_the_profiles_batch():
+    from autobyte.integrations._torch_setup import _batch_size
+
+    m = EmulatedModel(Emulation("emu:densenet169", 10))
+    x = m.example_input()
+    assert x.numel() == 0 and _batch_size((x,), {}) == 32 == m.emulation.profile().batch_size
+    assert _batch_size((), {"x": None}) == 1  # without it the tuner saw 1 sample per rank and iteration
+    assert m(x).shape == ()
+
+
 def test_forward_takes_the_profiles_time_and_time_factor_scales_it():
     m = make_emulated("alexnet", 1.0)
     f = m.emulation.forward_s.sum()
