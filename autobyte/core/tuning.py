@@ -91,9 +91,14 @@ class Tuner(abc.ABC):
 
 
 class StaticTuner(Tuner):
-    """Never reconfigures: the configuration given at start stays (tuning off)."""
+    """Never reconfigures: the configuration given at start stays (tuning off).
+
+    Not guarded: the do-no-harm guard watches a tuner's own moves, and this
+    one makes none; a configuration the user switches to stays.
+    """
 
     name = "static"
+    guarded = False
 
     def observe(self, obs: Observation) -> Decision | None:
         return None
