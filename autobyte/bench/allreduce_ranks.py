@@ -101,13 +101,15 @@ def main(argv: list[str] | None = None) -> None:
         row["observed_speed"] = out.speed
         decisions.append(row)
 
-    tuner: Any = None
-    if method == "tuner":
-        from ..core.tuners import make_tuner
+    from ..core.tuners import make_tuner
 
-        tuner = make_tuner(spec["tuner"])
-        if spec.get("guarded") is False:  # an offline search (BO before training): no do-no-harm guard
-            tuner.guarded = False
+    # Every scheduled method runs the same windows: a static config (and the oracle, switched by
+    # reconfigure) under a StaticTuner, which never moves and is not guarded. Without a tuner the
+    # engine keeps the gradients' ready order all run (no measured times, so no priority order),
+    # which made every static baseline ~10% slower under a competing flow (docs/torch.md).
+    tuner: Any = make_tuner(spec["tuner"]) if method == "tuner" else make_tuner("static")
+    if method == "tuner" and spec.get("guarded") is False:  # an offline search (BO before training): no do-no-harm guard
+        tuner.guarded = False
     if method == "ddp":
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
     else:

@@ -40,7 +40,7 @@ from ..core.metrics import StatsCollector, WindowStats
 from ..core.scheduler import Scheduler, TensorSpec
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.timeline import Timeline
-from ..core.tuning import Controller, StaticTuner, Tuner
+from ..core.tuning import Controller, Tuner
 from ..core.window import WindowCoordinator, WindowOutcome
 from ._common import check_tuning_args
 from ._imports import require_torch
@@ -137,23 +137,19 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         self._layer_estimate: np.ndarray | None = None
         self._bw_estimate: float | None = None
         self.controller: Controller | None = None
-        #: core's window protocol (check timing, gathering, rank 0's decision, agreement); a StaticTuner's without a tuner
+        #: core's window protocol (check timing, gathering, rank 0's decision, agreement); None without a tuner
         self.coordinator: WindowCoordinator | None = None
         self.timeline: Timeline | None = None
         self._fwd_start = 0.0
-        if tuner is None:
-            # No tuning, but the same windows: the issue order is re-estimated from every
-            # window's measured gradient times and bandwidth (ByteScheduler's priority under
-            # the credit); without them it would stay the gradients' ready order (FIFO).
-            tuner = StaticTuner()
-        link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
-        self.controller = Controller(
-            tuner, space or SearchSpace.default(), config, "allreduce", [t.nbytes for t in self.tensors],
-            window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link, world_size=self.world_size,
-        )
-        self.coordinator = WindowCoordinator(self.controller, _ControlCollective(self))
-        if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
-            self._follow(self.coordinator.start(0, config))
+        if tuner is not None:
+            link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
+            self.controller = Controller(
+                tuner, space or SearchSpace.default(), config, "allreduce", [t.nbytes for t in self.tensors],
+                window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link, world_size=self.world_size,
+            )
+            self.coordinator = WindowCoordinator(self.controller, _ControlCollective(self))
+            if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
+                self._follow(self.coordinator.start(0, config))
         self.window_iters = window_iters
         self._init_counters_and_streams()
 

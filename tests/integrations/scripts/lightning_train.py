@@ -156,10 +156,10 @@ def main() -> None:
     m = fit(out, [])
     res["ddp_losses"] = m.losses
 
-    cb = AutoByteCallback(tuner=None, partition_bytes=4 * KiB, credit_bytes=16 * KiB, verbose=False, window_iters=200, warmup_iters=0)
+    cb = AutoByteCallback(tuner=None, partition_bytes=4 * KiB, credit_bytes=16 * KiB, verbose=False)
     m = fit(out, [cb])
     res["fixed_losses"] = m.losses
-    # The handle is closed but keeps its statistics: one window (longer than the run, no warm-up) holds the whole run.
+    # The handle is closed but keeps its statistics: with no tuner, one window holds the whole run.
     ws = cb.handle.window_stats()
     cb_stats = {"bytes_sent": ws.bytes_sent, "n_messages": ws.n_messages, "n_iters": ws.n_iters,
                 "bytes_per_iteration": cb.handle.bytes_per_iteration,
