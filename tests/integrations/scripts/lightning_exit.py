@@ -16,23 +16,11 @@ import torch
 import torch.distributed as dist
 
 from autobyte.integrations.lightning import AutoByteCallback
+from lightning_spawn import Tiny  # the same small module (this folder is on sys.path when run as a script)
 
 
 def report() -> None:
     print(f"EXIT rank {os.environ.get('LOCAL_RANK', '0')}: default group alive={dist.is_initialized()}", flush=True)
-
-
-class Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Linear(16, 4)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.net(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 if __name__ == "__main__":
