@@ -11,17 +11,23 @@ Horovod engine (``_mxnet_horovod``: all-reduce collectives, issued in one
 order computed from the plan alone, ``fixed_order``, so that rank skew can
 never deadlock the credit window).
 
+With ``overlap`` (the KVStore engine), ``step`` queues the whole chain in
+MXNet's dependency engine and returns: each layer's next forward waits for
+its own parameters' update only (:mod:`._mxnet_overlap`); the host waits for
+an iteration's messages in the next ``step`` (or :meth:`_GluonEngine.synchronize`).
+
 Every wait for a peer ends within ``timeout_s`` with :class:`PeerLostError`.
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -31,6 +37,7 @@ from ..core.space import Config
 from ..core._checks import check_positive
 from ._common import PeerLostError
 from ._mxnet_imports import import_mxnet
+from ._mxnet_overlap import _Overlap, _Round
 
 
 class _Waiter:
@@ -65,6 +72,13 @@ class _Waiter:
         return True
 
 
+def _peer_lost(timeout_s: float, hint: str, what: str) -> PeerLostError:
+    return PeerLostError(
+        f"no answer from the other workers for {what} within timeout_s={timeout_s:g} s: "
+        f"{hint} The job cannot go on: stop every process and restart from a checkpoint."
+    )
+
+
 @dataclass
 class _Layout:
     """The engine side of one message plan: keys or names, fused buffers, readiness."""
@@ -76,6 +90,7 @@ class _Layout:
     completes: list[list[int]]  # tensor index -> messages that become ready with it
     mx_priority: list[int]
     names: list[str]  # collective names (all-reduce engines)
+    order_key: int | None = None  # the KVStore key carrying rank 0's issue order (overlapped parameter server)
 
 
 class _GluonEngine:
@@ -91,6 +106,8 @@ class _GluonEngine:
     arch = "ps"
     #: Whether every rank must issue messages in one agreed order (collectives).
     fixed_order = False
+    #: Whether :meth:`step` returns before the communication is done (:mod:`._mxnet_overlap`).
+    overlap = False
 
     def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, timeout_s: float = 300.0) -> None:
         self._mx = mx = import_mxnet()
@@ -111,8 +128,17 @@ class _GluonEngine:
         self._orders: dict[tuple[int, int], list[int]] = {}
         self._pending: tuple[Config, int | None, str] | None = None
         self._t_begin: float | None = None
-        #: ``(key, nbytes, seconds from issue to completion)`` of every message of the last iteration.
+        #: ``(key, nbytes, seconds from issue to completion)`` of every message of the last iteration
+        #: whose communication is complete.
         self.last_messages: list[tuple[int, int, float]] = []
+        #: Called on the training thread with each iteration whose communication is complete (its statistics are
+        #: in :attr:`stats`), before the next iteration's messages are issued: a reconfiguration made there
+        #: applies from ``self.iteration`` (the handler's window protocol).
+        self.on_iteration_end: Callable[[int], None] | None = None
+        self._ov: _Overlap | None = None
+        self._round: _Round | None = None
+        #: measured ``(seconds from the first gradient to each tensor's, payload bytes per second)`` (overlap)
+        self._timing: tuple[np.ndarray, float] | None = None
 
     # ----------------------------------------------------------- to provide
     @property
@@ -237,17 +263,37 @@ class _GluonEngine:
         self._t_begin = time.perf_counter()
 
     def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
-        """Synchronise gradients by schedule, then update the parameters (``trainer.step``)."""
+        """Synchronise gradients by schedule, then update the parameters (``trainer.step``).
+
+        With :attr:`overlap`, it returns once the messages and the update are
+        queued in MXNet's engine (each parameter's next use waits for its own
+        update); the previous iteration's messages are waited for first.
+
+        Raises:
+            PeerLostError: a message got no answer within ``timeout_s``.
+        """
         t_begin = self._t_begin if self._t_begin is not None else time.perf_counter()
         self._t_begin = None
+        self._raise_if_lost()
         if self.scheduler is None:
             self._build()
         assert self.scheduler is not None and self.stats is not None
-        self.stats.begin_iteration(t_begin)
+        if self._round is not None:
+            self._end_round(t_begin)  # may reconfigure from this iteration (on_iteration_end)
         if self.scheduler.begin_iteration(self.iteration) or self._layout is None:
             self.config = self.scheduler.config
             if self.distributed:
                 self._layout = self._layout_for(self.config.partition_bytes)
+        if self.distributed and self.overlap:
+            layout = self._layout
+            assert layout is not None
+            queue = CreditQueue(layout.messages, self.config.credit_bytes, self._overlap_order(layout))
+            self._round = self._overlapper().issue_round(self.iteration, layout, self._params, self._ready_order(), queue,
+                                                         self._issue, t_begin, int(batch_size))
+            self._trainer.update(batch_size, ignore_stale_grad)  # queued after each gradient's messages
+            self.iteration += 1
+            return
+        self.stats.begin_iteration(t_begin)
         if not self.distributed:
             self._trainer.step(batch_size, ignore_stale_grad)
         else:
@@ -255,6 +301,103 @@ class _GluonEngine:
             self._trainer.update(batch_size, ignore_stale_grad)
         self.stats.end_iteration(time.perf_counter(), int(batch_size))
         self.iteration += 1
+        if self.distributed:
+            self._iteration_end(self.iteration - 1)
+
+    def synchronize(self) -> None:
+        """Wait until the last step's communication is complete (its statistics, :attr:`on_iteration_end`).
+
+        The parameters need no call: reading one waits for its update in
+        MXNet's engine. Call it after the last step (the handler does at
+        ``train_end``) so that the last iteration counts and a lost peer is
+        reported.
+
+        Raises:
+            PeerLostError: a message got no answer within ``timeout_s``.
+        """
+        if self._round is not None:
+            self._end_round(None)
+        self._raise_if_lost()
+
+    def _overlapper(self) -> _Overlap:
+        if self._ov is None:
+            # (no reference back to the engine: a cycle would keep the KVStore alive until exit)
+            self._ov = _Overlap(self._mx, self.timeout_s, functools.partial(_peer_lost, self.timeout_s, self._peers_hint()))
+        return self._ov
+
+    def _end_round(self, t_end: float | None) -> None:
+        """Wait for the iteration in flight, then record it as the synchronous path would have."""
+        r, self._round = self._round, None
+        assert r is not None and self._ov is not None and self.stats is not None
+        try:
+            self._ov.wait(r)
+        except PeerLostError as exc:
+            self._lost = exc
+            raise
+        stats = self.stats
+        stats.begin_iteration(r.t_begin)
+        for t, ts in r.ready.items():
+            stats.grad_ready(t, ts)
+        for _key, nbytes, t0, t1 in r.records:
+            stats.message_done(nbytes, t0, t1)
+        # An iteration lasts until the next one starts (the next forward waited for this one's updates).
+        stats.end_iteration(t_end if t_end is not None else (r.t_finished or time.perf_counter()), r.batch_size)
+        self.last_messages = [(key, nbytes, t1 - t0) for key, nbytes, t0, t1 in r.records]
+        self._learn_timing(r)
+        self._iteration_end(r.iteration)
+
+    def _overlap_order(self, layout: _Layout) -> list[int]:
+        """The next round's issue order, one for every worker.
+
+        Messages complete only when every worker has sent them (a
+        ``dist_sync`` server answers a push once all workers pushed it), and
+        with overlap each worker releases messages as its own gradients become
+        ready and its own messages come back. Two workers following the live
+        priority policy on their own timing can each fill their credit with
+        messages the other has not sent yet, and wait for each other forever.
+        So every worker releases in one order (a ready message waits for those
+        before it): the order the live policy would produce, run by rank 0 on
+        its measured timing (:func:`plan_order`), and sent to the others; the
+        plan's ready order until a round was measured.
+        """
+        if self._timing is None:
+            return self._issue_order(layout)
+        order = self._issue_order(layout)
+        if self.rank == 0:
+            ready_s, bandwidth = self._timing
+            order = plan_order(layout.messages, self.config.credit_bytes,
+                               ready_time_s=lambda m: max(float(ready_s[t]) for t in m.tensors),
+                               transfer_time_s=lambda m: m.nbytes / bandwidth)
+        return self._share_order(layout, order)
+
+    def _share_order(self, layout: _Layout, order: list[int]) -> list[int]:
+        """Rank 0's ``order`` on every worker (the transport's; one worker: ``order``)."""
+        return order
+
+    def _learn_timing(self, r: _Round) -> None:
+        """Fold a finished round's gradient-ready times and achieved bandwidth into the estimates (half weight each)."""
+        n = len(self.tensors)
+        if len(r.ready) != n or not r.records:
+            return
+        first = min(r.ready.values())
+        ready_s = np.array([r.ready[t] - first for t in range(n)])
+        busy, end = 0.0, -np.inf
+        for _k, _n, t0, t1 in sorted(r.records, key=lambda x: x[2]):
+            if t1 > end:
+                busy += t1 - max(t0, end)
+                end = t1
+        if busy <= 0:
+            return
+        bandwidth = sum(x[1] for x in r.records) / busy
+        if self._timing is None:
+            self._timing = (ready_s, bandwidth)
+        else:
+            old_s, old_bw = self._timing
+            self._timing = (0.5 * (old_s + ready_s), 0.5 * (old_bw + bandwidth))
+
+    def _iteration_end(self, iteration: int) -> None:
+        if self.on_iteration_end is not None:
+            self.on_iteration_end(iteration)
 
     def _communicate(self) -> None:
         layout = self._layout
@@ -309,15 +452,20 @@ class _GluonEngine:
 
     def _wait(self, arrays: Sequence[Any], what: str) -> None:
         """Wait for arrays that other workers complete; :class:`PeerLostError` after ``timeout_s``."""
-        if self._lost is not None:
-            raise self._lost
+        self._raise_if_lost()
         if self._waiter is None:
             self._waiter = _Waiter()
         if not self._waiter.wait(arrays, self.timeout_s):
-            self._lost = PeerLostError(
-                f"no answer from the other workers for {what} within timeout_s={self.timeout_s:g} s: "
-                f"{self._peers_hint()} The job cannot go on: stop every process and restart from a checkpoint."
-            )
+            self._lost = self._lost_error(what)
+            raise self._lost
+
+    def _lost_error(self, what: str) -> PeerLostError:
+        return _peer_lost(self.timeout_s, self._peers_hint(), what)
+
+    def _raise_if_lost(self) -> None:
+        if self._lost is None and self._ov is not None and isinstance(self._ov.lost, PeerLostError):
+            self._lost = self._ov.lost  # found by the watchdog while the training thread was elsewhere
+        if self._lost is not None:
             raise self._lost
 
     def _peers_hint(self) -> str:

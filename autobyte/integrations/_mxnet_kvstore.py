@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core._checks import check_bool
 from ..core.window import WIRE_LEN
 from ._mxnet_gluon import _GluonEngine, _Layout
 
@@ -46,6 +47,11 @@ class KVStoreEngine(_GluonEngine):
         kvstore: overrides the trainer's kvstore (type string or KVStore).
         timeout_s: longest wait for the other workers (a message, a
             window's statistics) before :class:`PeerLostError` (300).
+        overlap: let :meth:`step` return once the messages and the update
+            are queued in MXNet's engine, so that each layer's next forward
+            waits only for its own parameters, as plain ``dist_sync`` does
+            (default True); False waits for every message in :meth:`step`.
+            With overlap, call :meth:`synchronize` after the last step.
 
     Raises:
         ImportError: MXNet is missing. RuntimeError: MXNet is not 1.9.x, or
@@ -57,8 +63,9 @@ class KVStoreEngine(_GluonEngine):
     fixed_order = False  # servers match pushes by key: the live priority policy applies
 
     def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None,
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, overlap: bool = True) -> None:
         super().__init__(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes, timeout_s=timeout_s)
+        self.overlap = check_bool("overlap", overlap)
         self._kv = self._take_over(trainer, kvstore)
         self._next_key = _KEY_WEIGHTS0
         self._control_shapes: dict[int, tuple[int, ...]] = {}
@@ -125,21 +132,35 @@ class KVStoreEngine(_GluonEngine):
 
     def _register_layout(self, layout: _Layout) -> None:
         n = len(layout.messages)
-        if self._next_key + n > MAX_KEY:
+        if self._next_key + n + 1 > MAX_KEY:
             raise RuntimeError(
-                f"partition_bytes={layout.partition_bytes} needs {n} KVStore keys but only "
+                f"partition_bytes={layout.partition_bytes} needs {n + 1} KVStore keys but only "
                 f"{MAX_KEY - self._next_key} are left (MXNet keys must stay below {MAX_KEY}); "
                 "use a larger partition or fewer distinct partitions."
             )
         layout.keys = list(range(self._next_key, self._next_key + n))
-        self._next_key += n
+        layout.order_key = self._next_key + n  # rank 0's issue order for this plan (overlap)
+        self._next_key += n + 1
+        self._control_shapes[layout.order_key] = (n,)
         mx = self._mx
         # A new plan's keys are initialised on the servers by every worker at the same
         # iteration (KVStore init ends with a barrier): no gradient can miss its key.
-        self._kv.init(layout.keys, [mx.nd.zeros((m.numel,), dtype=m.dtype) for m in layout.messages])
+        self._kv.init(layout.keys + [layout.order_key],
+                      [mx.nd.zeros((m.numel,), dtype=m.dtype) for m in layout.messages] + [mx.nd.zeros((n,), dtype="float64")])
 
     def _issue(self, layout: _Layout, index: int, bufs: list[Any]) -> None:
         self._kv.pushpull(layout.keys[index], bufs, out=bufs, priority=layout.mx_priority[index])
+
+    def _share_order(self, layout: _Layout, order: list[int]) -> list[int]:
+        """Rank 0's issue order on every worker: rank 0 sends it, the others zeros, the servers sum."""
+        assert layout.order_key is not None
+        vec = np.asarray(order, dtype=np.float64)
+        got = self._sum_on_servers(layout.order_key, vec if self.rank == 0 else np.zeros_like(vec))
+        agreed = [int(x) for x in got]
+        if sorted(agreed) != list(range(len(order))):
+            raise RuntimeError(f"the issue order received from rank 0 is not a permutation of the {len(order)} messages; "
+                               "this is a bug in autobyte.")
+        return agreed
 
     def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
         """Every worker's ``vector``, in rank order: each worker fills its row, the servers sum the rows."""
@@ -167,15 +188,16 @@ class KVStoreEngine(_GluonEngine):
             raise ValueError(f"control key {key} carries float64 arrays of shape {shape}, but got shape {values.shape}.")
         nd = self._mx.nd.array(values, dtype="float64")
         self._kv.pushpull(key, nd, out=nd)
-        self._wait([nd], "the tuning window's statistics" if key == _KEY_STATS else "the tuning decision")
+        what = {_KEY_STATS: "the tuning window's statistics", _KEY_DECISION: "the tuning decision"}.get(key, "rank 0's issue order")
+        self._wait([nd], what)
         return np.asarray(nd.asnumpy(), dtype=np.float64)
 
 
 def schedule(trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None,
-             timeout_s: float = 300.0) -> KVStoreEngine:
+             timeout_s: float = 300.0, overlap: bool = True) -> KVStoreEngine:
     """Take over ``trainer``'s parameter-server communication; call ``engine.step(batch_size)`` instead of ``trainer.step``.
 
     See :class:`KVStoreEngine` for the arguments and errors.
     """
     return KVStoreEngine(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes, kvstore=kvstore,
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, overlap=overlap)
