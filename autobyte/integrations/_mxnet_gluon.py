@@ -201,8 +201,17 @@ class _GluonEngine:
             if p._stype != "default" or p._grad_stype != "default":
                 raise ValueError(f"parameter {p.name!r} has sparse storage; autobyte schedules dense gradients only.")
         self._params = params
+        # A Trainer holds its parameters sorted by name (conv10 before conv2, batchnorm before conv): the
+        # priority of each comes from the engine (the order the forward needs them, where it can tell), measured
+        # before anything here waits (the first backward is running), then agreed once communication is set up.
+        order = list(range(len(params)))
+        if self.distributed:
+            order = self._forward_order(params)
+            self._setup_comm(params, len(params))
+            order = self._agree_order(order)
+        position = {t: k for k, t in enumerate(order)}
         tensors = [
-            TensorSpec(p.name, int(np.prod(p.shape)), int(np.dtype(p.dtype).itemsize), i, str(np.dtype(p.dtype)))
+            TensorSpec(p.name, int(np.prod(p.shape)), int(np.dtype(p.dtype).itemsize), position[i], str(np.dtype(p.dtype)))
             for i, p in enumerate(params)
         ]
         pending, self._pending = self._pending, None
@@ -214,8 +223,15 @@ class _GluonEngine:
             self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason=reason)
         self.stats = StatsCollector(len(tensors))
         if self.distributed:
-            self._setup_comm(params, len(tensors))
             self._layout = self._layout_for(self.config.partition_bytes)
+
+    def _forward_order(self, params: list[Any]) -> list[int]:
+        """This worker's parameter indices, the one the forward needs first first (default: the Trainer's order)."""
+        return list(range(len(params)))
+
+    def _agree_order(self, order: list[int]) -> list[int]:
+        """One parameter order on every worker (the transport's: rank 0's; default ``order``)."""
+        return order
 
     def _layout_for(self, partition_bytes: int) -> _Layout:
         """The buffers and names of a plan; a plan seen before is reused as it was."""
@@ -290,6 +306,12 @@ class _GluonEngine:
             queue = CreditQueue(layout.messages, self.config.credit_bytes, self._overlap_order(layout))
             self._round = self._overlapper().issue_round(self.iteration, layout, self._params, self._ready_order(), queue,
                                                          self._issue, t_begin, int(batch_size))
+            # One optimizer op per parameter: MXNet's aggregated multi-tensor updates (4 parameters per op) ask for
+            # temporary workspace, and an op waiting for its gradients holds its workspace copy, so the next
+            # forward's layers (custom or convolution ops, which ask for workspace too) would wait behind updates
+            # of layers they do not use: measured, the whole next forward waited for the last message.
+            for updater in self._trainer._updaters:
+                updater.aggregate_updates = False
             self._trainer.update(batch_size, ignore_stale_grad)  # queued after each gradient's messages
             self.iteration += 1
             return

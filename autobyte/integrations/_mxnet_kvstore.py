@@ -20,6 +20,7 @@ import numpy as np
 from ..core._checks import check_bool
 from ..core.window import WIRE_LEN
 from ._mxnet_gluon import _GluonEngine, _Layout
+from ._mxnet_overlap import measure_ready_times
 
 #: Reserved KVStore keys; MXNet hashes a key as ``key * 9973`` in 32-bit
 #: arithmetic to pick its server, so every key must stay below this bound.
@@ -68,7 +69,9 @@ class KVStoreEngine(_GluonEngine):
         self.overlap = check_bool("overlap", overlap)
         self._kv = self._take_over(trainer, kvstore)
         self._next_key = _KEY_WEIGHTS0
+        self._order_key = -1
         self._control_shapes: dict[int, tuple[int, ...]] = {}
+        self._control_names: dict[int, str] = {}
 
     def _take_over(self, trainer: Any, kvstore: Any) -> Any:
         mx = self._mx
@@ -115,18 +118,20 @@ class KVStoreEngine(_GluonEngine):
         return 1 if self._kv is None else int(self._kv.num_workers)
 
     def _setup_comm(self, params: list[Any], n_tensors: int) -> None:
-        if _KEY_WEIGHTS0 + len(params) > MAX_KEY:
-            raise RuntimeError(f"the model has {len(params)} parameters; the KVStore engine supports at most {MAX_KEY - _KEY_WEIGHTS0}.")
-        self._next_key = _KEY_WEIGHTS0 + len(params)
+        if _KEY_WEIGHTS0 + len(params) + 1 > MAX_KEY:
+            raise RuntimeError(f"the model has {len(params)} parameters; the KVStore engine supports at most {MAX_KEY - _KEY_WEIGHTS0 - 1}.")
+        self._order_key = _KEY_WEIGHTS0 + len(params)  # rank 0's parameter order (_forward_order)
+        self._next_key = self._order_key + 1
         mx = self._mx
         width = 8 + n_tensors  # WindowStats.to_vector(): 8 scalars, then one time per tensor
-        # Control keys of a fixed shape: a statistics row per worker, one decision message.
-        self._control_shapes = {_KEY_STATS: (self.num_workers, width), _KEY_DECISION: (WIRE_LEN,)}
+        # Control keys of a fixed shape: a statistics row per worker, one decision message, one parameter order.
+        self._control_shapes = {_KEY_STATS: (self.num_workers, width), _KEY_DECISION: (WIRE_LEN,),
+                                self._order_key: (len(params),)}
+        self._control_names = {_KEY_STATS: "the tuning window's statistics", _KEY_DECISION: "the tuning decision",
+                               self._order_key: "rank 0's parameter order"}
         # One init call = one barrier: control keys, then rank 0's weights for everyone.
-        self._kv.init(
-            [_KEY_STATS, _KEY_DECISION],
-            [mx.nd.zeros(self._control_shapes[k], dtype="float64") for k in (_KEY_STATS, _KEY_DECISION)],
-        )
+        control = [_KEY_STATS, _KEY_DECISION, self._order_key]
+        self._kv.init(control, [mx.nd.zeros(self._control_shapes[k], dtype="float64") for k in control])
         wkeys = [_KEY_WEIGHTS0 + i for i in range(len(params))]
         self._kv.broadcast(wkeys, [p.list_data()[0] for p in params], out=[p.list_data() for p in params])
 
@@ -150,6 +155,26 @@ class KVStoreEngine(_GluonEngine):
 
     def _issue(self, layout: _Layout, index: int, bufs: list[Any]) -> None:
         self._kv.pushpull(layout.keys[index], bufs, out=bufs, priority=layout.mx_priority[index])
+
+    def _forward_order(self, params: list[Any]) -> list[int]:
+        """The reverse of the order in which the first backward pass produces the gradients.
+
+        Called at the first step, while that backward runs: the priorities
+        follow the network's real layer order, not the Trainer's (names sorted
+        as text). Gradients ready together keep the Trainer's order.
+        """
+        ready = measure_ready_times(self._overlapper().ops, [p.list_grad() for p in params])
+        return sorted(range(len(params)), key=lambda i: (ready[i], -i))[::-1]
+
+    def _agree_order(self, order: list[int]) -> list[int]:
+        """Rank 0's parameter order on every worker (the plans, hence the keys, must be the same everywhere)."""
+        vec = np.asarray(order, dtype=np.float64)
+        got = self._sum_on_servers(self._order_key, vec if self.rank == 0 else np.zeros_like(vec))
+        agreed = [int(x) for x in got]
+        if sorted(agreed) != list(range(len(order))):
+            raise RuntimeError(f"the parameter order received from rank 0 is not a permutation of the {len(order)} "
+                               "parameters; this is a bug in autobyte.")
+        return agreed
 
     def _share_order(self, layout: _Layout, order: list[int]) -> list[int]:
         """Rank 0's issue order on every worker: rank 0 sends it, the others zeros, the servers sum."""
@@ -188,8 +213,7 @@ class KVStoreEngine(_GluonEngine):
             raise ValueError(f"control key {key} carries float64 arrays of shape {shape}, but got shape {values.shape}.")
         nd = self._mx.nd.array(values, dtype="float64")
         self._kv.pushpull(key, nd, out=nd)
-        what = {_KEY_STATS: "the tuning window's statistics", _KEY_DECISION: "the tuning decision"}.get(key, "rank 0's issue order")
-        self._wait([nd], what)
+        self._wait([nd], self._control_names.get(key, "rank 0's issue order"))
         return np.asarray(nd.asnumpy(), dtype=np.float64)
 
 

@@ -380,7 +380,7 @@ class _Overlap:
         w = self.watch
         go: list[_Completion] = []
         with w.cv:
-            while not r.finished and w.lost is None:
+            while not r.finished and w.lost is None and not self.ops.errors:
                 go = w.check(r) or []
                 if w.lost is None:
                     w.cv.wait(min(1.0, w.timeout_s))
@@ -388,10 +388,10 @@ class _Overlap:
                 w.round = None
         for g in go:
             g()
-        if w.lost is not None:
-            raise w.lost
         if self.ops.errors:
             raise RuntimeError("an autobyte engine callback failed; this is a bug in autobyte.") from self.ops.errors[0]
+        if w.lost is not None:
+            raise w.lost
 
     def _start_watchdog(self) -> None:
         if self._watchdog is None:
@@ -417,3 +417,31 @@ def _watch(w: _Watch) -> None:
                 w.cv.wait(min(1.0, w.timeout_s))
         for g in go or ():
             g()
+
+
+def measure_ready_times(ops: _EngineOps, arrays: Sequence[Sequence[Any]]) -> list[float]:
+    """When each group of ``arrays`` became readable (``perf_counter`` seconds); waits for all of them.
+
+    Called while a backward pass runs, it tells the order in which the
+    backward writes the gradients.
+    """
+    times: list[float] = [0.0] * len(arrays)
+    left = [len(arrays)]
+    cv = threading.Condition()
+
+    def seen(k: int, done: _Completion) -> None:
+        t = time.perf_counter()
+        with cv:
+            times[k] = t
+            left[0] -= 1
+            cv.notify_all()
+        done()
+
+    for k, group in enumerate(arrays):
+        ops.push(functools.partial(seen, k), const=group, name=b"autobyte_probe")
+    with cv:
+        while left[0] and not ops.errors:
+            cv.wait(1.0)
+    if ops.errors:
+        raise RuntimeError("an autobyte engine callback failed; this is a bug in autobyte.") from ops.errors[0]
+    return times
