@@ -139,6 +139,7 @@ class _GluonEngine:
         self._round: _Round | None = None
         #: measured ``(seconds from the first gradient to each tensor's, payload bytes per second)`` (overlap)
         self._timing: tuple[np.ndarray, float] | None = None
+        self._next_order: tuple[_Layout, Any] | None = None  # the next round's order, on its way from rank 0
 
     # ----------------------------------------------------------- to provide
     @property
@@ -304,6 +305,9 @@ class _GluonEngine:
             layout = self._layout
             assert layout is not None
             queue = CreditQueue(layout.messages, self.config.credit_bytes, self._overlap_order(layout))
+            # Ask now for the next round's order: it travels with this round's messages, so the next step, which
+            # waits for them anyway, never waits for a slower worker here.
+            self._next_order = (layout, self._send_order(layout, self._estimated_order(layout)))
             self._round = self._overlapper().issue_round(self.iteration, layout, self._params, self._ready_order(), queue,
                                                          self._issue, t_begin, int(batch_size))
             # One optimizer op per parameter: MXNet's aggregated multi-tensor updates (4 parameters per op) ask for
@@ -369,32 +373,40 @@ class _GluonEngine:
         self._iteration_end(r.iteration)
 
     def _overlap_order(self, layout: _Layout) -> list[int]:
-        """The next round's issue order, one for every worker.
+        """This round's issue order, one for every worker.
 
         Messages complete only when every worker has sent them (a
         ``dist_sync`` server answers a push once all workers pushed it), and
         with overlap each worker releases messages as its own gradients become
         ready and its own messages come back. Two workers following the live
         priority policy on their own timing can each fill their credit with
-        messages the other has not sent yet, and wait for each other forever.
+        messages the other has not sent yet, and wait for each other for ever.
         So every worker releases in one order (a ready message waits for those
-        before it): the order the live policy would produce, run by rank 0 on
-        its measured timing (:func:`plan_order`), and sent to the others; the
-        plan's ready order until a round was measured.
+        before it): the order the live policy would produce on rank 0's
+        measured timing (:meth:`_estimated_order`), asked for at the previous
+        step; the plan's ready order for the first round of a plan.
         """
-        if self._timing is None:
-            return self._issue_order(layout)
-        order = self._issue_order(layout)
-        if self.rank == 0:
-            ready_s, bandwidth = self._timing
-            order = plan_order(layout.messages, self.config.credit_bytes,
-                               ready_time_s=lambda m: max(float(ready_s[t]) for t in m.tensors),
-                               transfer_time_s=lambda m: m.nbytes / bandwidth)
-        return self._share_order(layout, order)
+        pending, self._next_order = self._next_order, None
+        if pending is not None and pending[0] is layout:
+            return self._receive_order(layout, pending[1])
+        return self._issue_order(layout)
 
-    def _share_order(self, layout: _Layout, order: list[int]) -> list[int]:
-        """Rank 0's ``order`` on every worker (the transport's; one worker: ``order``)."""
+    def _estimated_order(self, layout: _Layout) -> list[int]:
+        """Rank 0: the live credit policy run on the measured timing (:func:`plan_order`); the plan's order before any."""
+        if self.rank != 0 or self._timing is None:
+            return self._issue_order(layout)
+        ready_s, bandwidth = self._timing
+        return plan_order(layout.messages, self.config.credit_bytes,
+                          ready_time_s=lambda m: max(float(ready_s[t]) for t in m.tensors),
+                          transfer_time_s=lambda m: m.nbytes / bandwidth)
+
+    def _send_order(self, layout: _Layout, order: list[int]) -> Any:
+        """Start sending rank 0's ``order`` to every worker (the transport's); a handle for :meth:`_receive_order`."""
         return order
+
+    def _receive_order(self, layout: _Layout, handle: Any) -> list[int]:
+        """Rank 0's order sent by :meth:`_send_order` (waits for it)."""
+        return list(handle)
 
     def _learn_timing(self, r: _Round) -> None:
         """Fold a finished round's gradient-ready times and achieved bandwidth into the estimates (half weight each)."""

@@ -176,15 +176,20 @@ class KVStoreEngine(_GluonEngine):
                                "parameters; this is a bug in autobyte.")
         return agreed
 
-    def _share_order(self, layout: _Layout, order: list[int]) -> list[int]:
-        """Rank 0's issue order on every worker: rank 0 sends it, the others zeros, the servers sum."""
+    def _send_order(self, layout: _Layout, order: list[int]) -> Any:
+        """Push and pull the plan's order key without waiting: rank 0 sends ``order``, the others zeros, the servers sum."""
         assert layout.order_key is not None
         vec = np.asarray(order, dtype=np.float64)
-        got = self._sum_on_servers(layout.order_key, vec if self.rank == 0 else np.zeros_like(vec))
-        agreed = [int(x) for x in got]
-        if sorted(agreed) != list(range(len(order))):
-            raise RuntimeError(f"the issue order received from rank 0 is not a permutation of the {len(order)} messages; "
-                               "this is a bug in autobyte.")
+        nd = self._mx.nd.array(vec if self.rank == 0 else np.zeros_like(vec), dtype="float64")
+        self._kv.pushpull(layout.order_key, nd, out=nd, priority=1)  # (messages have priorities <= 0)
+        return nd
+
+    def _receive_order(self, layout: _Layout, handle: Any) -> list[int]:
+        self._wait([handle], "rank 0's issue order")
+        agreed = [int(x) for x in handle.asnumpy()]
+        if sorted(agreed) != list(range(len(layout.messages))):
+            raise RuntimeError(f"the issue order received from rank 0 is not a permutation of the {len(layout.messages)} "
+                               "messages; this is a bug in autobyte.")
         return agreed
 
     def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
