@@ -24,7 +24,12 @@ parameter server's baseline:
   ready in backward order, asynchronously, through MXNet's own dependency
   engine, which is where both the plain KVStore and the scheduled engine
   learn that a gradient is ready).
-- ``iters``, ``batch_size``, ``seed``, ``slowdown`` as in ``allreduce_ranks``.
+- ``iters``, ``batch_size``, ``seed``, ``slowdown`` as in ``allreduce_ranks``
+  (with ``emu:NAME``, ``batch_size`` is the profile's batch, ``None`` for
+  the zoo's, and the samples counted are the emulation's batch).
+- ``overlap`` (default true): the scheduled engine's ``step`` returns before
+  its messages are done, each layer's next forward waiting for its own
+  update (false: ``step`` waits for every message, the engine before issue 9).
 
 Rank 0 writes ``iterations.jsonl``, ``decisions.jsonl`` and, for sweeps,
 ``sweep.jsonl``; every worker writes ``rank<R>.json``. Iteration ``k`` starts
@@ -58,8 +63,8 @@ def main(argv: list[str] | None = None) -> None:
 
     kv = mx.kv.create("dist_sync")
     rank, world = int(kv.rank), int(kv.num_workers)
-    bs = int(spec.get("batch_size", 16))
     model_name = str(spec.get("model", "cnn"))
+    bs = batch_size(spec)
     net, batches, loss_fn = _model(mx, gluon, spec, model_name, bs, rank)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kv)
     slow = {(int(a), int(b)): float(f) for a, b, r, f in spec.get("slowdown", []) if int(r) == rank}
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             from ..integrations.mxnet import schedule
 
             engine = schedule(trainer, partition_bytes=int(start[0]), credit_bytes=int(start[1]),
-                              timeout_s=float(spec.get("timeout_s", 600)))
+                              timeout_s=float(spec.get("timeout_s", 600)), overlap=bool(spec.get("overlap", True)))
 
     class _Est:  # what the handler reads of an Estimator
         logger = None
@@ -147,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
         prev_start = start_t
         eng = engine if engine is not None else (handler.engine if handler is not None else None)
         prev_cfg = None if eng is None else [eng.config.partition_bytes, eng.config.credit_bytes]
+    if engine is not None:  # the last iteration's messages (the engine overlaps them with the next forward)
+        engine.synchronize()
+    elif handler is not None:
+        handler.train_end(est)
     for p in net.collect_params().values():  # the last update is done (plain dist_sync: the last pull)
         p.data().wait_to_read()
     kv._barrier()
@@ -154,18 +163,29 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"iteration": n_iters - 1, "seconds": time.perf_counter() - prev_start, "config": prev_cfg})
     meta = {"rank": rank, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
             "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None),
-            "method": method, "model": model_name}
+            "method": method, "model": model_name, "batch_size": bs}
     write_rank_outputs(out_dir, rank, world, bs, spec, meta, rows, decisions, sweep)
+
+
+def batch_size(spec: dict[str, Any]) -> int:
+    """Samples per worker and iteration: an emulation's (its profile at ``batch_size``, as ``allreduce_ranks``), else ``batch_size``."""
+    from .emulation import DEFAULT_SCALE, Emulation, is_emulated
+
+    name = str(spec.get("model", "cnn"))
+    if is_emulated(name):
+        return int(Emulation(name, float(spec.get("compute_scale", DEFAULT_SCALE)), spec.get("batch_size")).profile().batch_size)
+    return int(spec.get("batch_size", 16))
 
 
 def _model(mx: Any, gluon: Any, spec: dict[str, Any], name: str, bs: int, rank: int) -> tuple[Any, list[Any], Any]:
     """The network (initialised), a few batches for this rank, the loss."""
-    from .emulation import Emulation, is_emulated
+    from .emulation import DEFAULT_SCALE, Emulation, is_emulated
 
     seed = int(spec.get("seed", 0))
     rs = __import__("numpy").random.RandomState(seed * 1000 + rank)
     if is_emulated(name):
-        emu = Emulation(name, float(spec.get("compute_scale", 10.0)))
+        # the profile at the spec's batch (the zoo's when absent): compute and the samples counted agree
+        emu = Emulation(name, float(spec.get("compute_scale", DEFAULT_SCALE)), spec.get("batch_size"))
         net = _EmulatedNet(mx, gluon, emu)
         net.initialize(mx.init.Zero())
         x = mx.nd.array(rs.randn(bs, 1).astype("float32"))

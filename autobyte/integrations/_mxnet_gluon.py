@@ -11,17 +11,23 @@ Horovod engine (``_mxnet_horovod``: all-reduce collectives, issued in one
 order computed from the plan alone, ``fixed_order``, so that rank skew can
 never deadlock the credit window).
 
+With ``overlap`` (the KVStore engine), ``step`` queues the whole chain in
+MXNet's dependency engine and returns: each layer's next forward waits for
+its own parameters' update only (:mod:`._mxnet_overlap`); the host waits for
+an iteration's messages in the next ``step`` (or :meth:`_GluonEngine.synchronize`).
+
 Every wait for a peer ends within ``timeout_s`` with :class:`PeerLostError`.
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -31,6 +37,7 @@ from ..core.space import Config
 from ..core._checks import check_positive
 from ._common import PeerLostError
 from ._mxnet_imports import import_mxnet
+from ._mxnet_overlap import _Overlap, _Round
 
 
 class _Waiter:
@@ -65,6 +72,13 @@ class _Waiter:
         return True
 
 
+def _peer_lost(timeout_s: float, hint: str, what: str) -> PeerLostError:
+    return PeerLostError(
+        f"no answer from the other workers for {what} within timeout_s={timeout_s:g} s: "
+        f"{hint} The job cannot go on: stop every process and restart from a checkpoint."
+    )
+
+
 @dataclass
 class _Layout:
     """The engine side of one message plan: keys or names, fused buffers, readiness."""
@@ -76,6 +90,7 @@ class _Layout:
     completes: list[list[int]]  # tensor index -> messages that become ready with it
     mx_priority: list[int]
     names: list[str]  # collective names (all-reduce engines)
+    order_key: int | None = None  # the KVStore key carrying rank 0's issue order (overlapped parameter server)
 
 
 class _GluonEngine:
@@ -91,6 +106,8 @@ class _GluonEngine:
     arch = "ps"
     #: Whether every rank must issue messages in one agreed order (collectives).
     fixed_order = False
+    #: Whether :meth:`step` returns before the communication is done (:mod:`._mxnet_overlap`).
+    overlap = False
 
     def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, timeout_s: float = 300.0) -> None:
         self._mx = mx = import_mxnet()
@@ -111,8 +128,18 @@ class _GluonEngine:
         self._orders: dict[tuple[int, int], list[int]] = {}
         self._pending: tuple[Config, int | None, str] | None = None
         self._t_begin: float | None = None
-        #: ``(key, nbytes, seconds from issue to completion)`` of every message of the last iteration.
+        #: ``(key, nbytes, seconds from issue to completion)`` of every message of the last iteration
+        #: whose communication is complete.
         self.last_messages: list[tuple[int, int, float]] = []
+        #: Called on the training thread with each iteration whose communication is complete (its statistics are
+        #: in :attr:`stats`), before the next iteration's messages are issued: a reconfiguration made there
+        #: applies from ``self.iteration`` (the handler's window protocol).
+        self.on_iteration_end: Callable[[int], None] | None = None
+        self._ov: _Overlap | None = None
+        self._round: _Round | None = None
+        #: measured ``(seconds from the first gradient to each tensor's, payload bytes per second)`` (overlap)
+        self._timing: tuple[np.ndarray, float] | None = None
+        self._next_order: tuple[_Layout, Any] | None = None  # the next round's order, on its way from rank 0
 
     # ----------------------------------------------------------- to provide
     @property
@@ -175,8 +202,17 @@ class _GluonEngine:
             if p._stype != "default" or p._grad_stype != "default":
                 raise ValueError(f"parameter {p.name!r} has sparse storage; autobyte schedules dense gradients only.")
         self._params = params
+        # A Trainer holds its parameters sorted by name (conv10 before conv2, batchnorm before conv): the
+        # priority of each comes from the engine (the order the forward needs them, where it can tell), measured
+        # before anything here waits (the first backward is running), then agreed once communication is set up.
+        order = list(range(len(params)))
+        if self.distributed:
+            order = self._forward_order(params)
+            self._setup_comm(params, len(params))
+            order = self._agree_order(order)
+        position = {t: k for k, t in enumerate(order)}
         tensors = [
-            TensorSpec(p.name, int(np.prod(p.shape)), int(np.dtype(p.dtype).itemsize), i, str(np.dtype(p.dtype)))
+            TensorSpec(p.name, int(np.prod(p.shape)), int(np.dtype(p.dtype).itemsize), position[i], str(np.dtype(p.dtype)))
             for i, p in enumerate(params)
         ]
         pending, self._pending = self._pending, None
@@ -188,8 +224,15 @@ class _GluonEngine:
             self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason=reason)
         self.stats = StatsCollector(len(tensors))
         if self.distributed:
-            self._setup_comm(params, len(tensors))
             self._layout = self._layout_for(self.config.partition_bytes)
+
+    def _forward_order(self, params: list[Any]) -> list[int]:
+        """This worker's parameter indices, the one the forward needs first first (default: the Trainer's order)."""
+        return list(range(len(params)))
+
+    def _agree_order(self, order: list[int]) -> list[int]:
+        """One parameter order on every worker (the transport's: rank 0's; default ``order``)."""
+        return order
 
     def _layout_for(self, partition_bytes: int) -> _Layout:
         """The buffers and names of a plan; a plan seen before is reused as it was."""
@@ -237,17 +280,46 @@ class _GluonEngine:
         self._t_begin = time.perf_counter()
 
     def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
-        """Synchronise gradients by schedule, then update the parameters (``trainer.step``)."""
+        """Synchronise gradients by schedule, then update the parameters (``trainer.step``).
+
+        With :attr:`overlap`, it returns once the messages and the update are
+        queued in MXNet's engine (each parameter's next use waits for its own
+        update); the previous iteration's messages are waited for first.
+
+        Raises:
+            PeerLostError: a message got no answer within ``timeout_s``.
+        """
         t_begin = self._t_begin if self._t_begin is not None else time.perf_counter()
         self._t_begin = None
+        self._raise_if_lost()
         if self.scheduler is None:
             self._build()
         assert self.scheduler is not None and self.stats is not None
-        self.stats.begin_iteration(t_begin)
+        if self._round is not None:
+            self._end_round(t_begin)  # may reconfigure from this iteration (on_iteration_end)
         if self.scheduler.begin_iteration(self.iteration) or self._layout is None:
             self.config = self.scheduler.config
             if self.distributed:
                 self._layout = self._layout_for(self.config.partition_bytes)
+        if self.distributed and self.overlap:
+            layout = self._layout
+            assert layout is not None
+            queue = CreditQueue(layout.messages, self.config.credit_bytes, self._overlap_order(layout))
+            # Ask now for the next round's order: it travels with this round's messages, so the next step, which
+            # waits for them anyway, never waits for a slower worker here.
+            self._next_order = (layout, self._send_order(layout, self._estimated_order(layout)))
+            self._round = self._overlapper().issue_round(self.iteration, layout, self._params, self._ready_order(), queue,
+                                                         self._issue, t_begin, int(batch_size))
+            # One optimizer op per parameter: MXNet's aggregated multi-tensor updates (4 parameters per op) ask for
+            # temporary workspace, and an op waiting for its gradients holds its workspace copy, so the next
+            # forward's layers (custom or convolution ops, which ask for workspace too) would wait behind updates
+            # of layers they do not use: measured, the whole next forward waited for the last message.
+            for updater in self._trainer._updaters:
+                updater.aggregate_updates = False
+            self._trainer.update(batch_size, ignore_stale_grad)  # queued after each gradient's messages
+            self.iteration += 1
+            return
+        self.stats.begin_iteration(t_begin)
         if not self.distributed:
             self._trainer.step(batch_size, ignore_stale_grad)
         else:
@@ -255,6 +327,111 @@ class _GluonEngine:
             self._trainer.update(batch_size, ignore_stale_grad)
         self.stats.end_iteration(time.perf_counter(), int(batch_size))
         self.iteration += 1
+        if self.distributed:
+            self._iteration_end(self.iteration - 1)
+
+    def synchronize(self) -> None:
+        """Wait until the last step's communication is complete (its statistics, :attr:`on_iteration_end`).
+
+        The parameters need no call: reading one waits for its update in
+        MXNet's engine. Call it after the last step (the handler does at
+        ``train_end``) so that the last iteration counts and a lost peer is
+        reported.
+
+        Raises:
+            PeerLostError: a message got no answer within ``timeout_s``.
+        """
+        if self._round is not None:
+            self._end_round(None)
+        self._raise_if_lost()
+
+    def _overlapper(self) -> _Overlap:
+        if self._ov is None:
+            # (no reference back to the engine: a cycle would keep the KVStore alive until exit)
+            self._ov = _Overlap(self._mx, self.timeout_s, functools.partial(_peer_lost, self.timeout_s, self._peers_hint()))
+        return self._ov
+
+    def _end_round(self, t_end: float | None) -> None:
+        """Wait for the iteration in flight, then record it as the synchronous path would have."""
+        r, self._round = self._round, None
+        assert r is not None and self._ov is not None and self.stats is not None
+        try:
+            self._ov.wait(r)
+        except PeerLostError as exc:
+            self._lost = exc
+            raise
+        stats = self.stats
+        stats.begin_iteration(r.t_begin)
+        for t, ts in r.ready.items():
+            stats.grad_ready(t, ts)
+        for _key, nbytes, t0, t1 in r.records:
+            stats.message_done(nbytes, t0, t1)
+        # An iteration lasts until the next one starts (the next forward waited for this one's updates).
+        stats.end_iteration(t_end if t_end is not None else (r.t_finished or time.perf_counter()), r.batch_size)
+        self.last_messages = [(key, nbytes, t1 - t0) for key, nbytes, t0, t1 in r.records]
+        self._learn_timing(r)
+        self._iteration_end(r.iteration)
+
+    def _overlap_order(self, layout: _Layout) -> list[int]:
+        """This round's issue order, one for every worker.
+
+        Messages complete only when every worker has sent them (a
+        ``dist_sync`` server answers a push once all workers pushed it), and
+        with overlap each worker releases messages as its own gradients become
+        ready and its own messages come back. Two workers following the live
+        priority policy on their own timing can each fill their credit with
+        messages the other has not sent yet, and wait for each other for ever.
+        So every worker releases in one order (a ready message waits for those
+        before it): the order the live policy would produce on rank 0's
+        measured timing (:meth:`_estimated_order`), asked for at the previous
+        step; the plan's ready order for the first round of a plan.
+        """
+        pending, self._next_order = self._next_order, None
+        if pending is not None and pending[0] is layout:
+            return self._receive_order(layout, pending[1])
+        return self._issue_order(layout)
+
+    def _estimated_order(self, layout: _Layout) -> list[int]:
+        """Rank 0: the live credit policy run on the measured timing (:func:`plan_order`); the plan's order before any."""
+        if self.rank != 0 or self._timing is None:
+            return self._issue_order(layout)
+        ready_s, bandwidth = self._timing
+        return plan_order(layout.messages, self.config.credit_bytes,
+                          ready_time_s=lambda m: max(float(ready_s[t]) for t in m.tensors),
+                          transfer_time_s=lambda m: m.nbytes / bandwidth)
+
+    def _send_order(self, layout: _Layout, order: list[int]) -> Any:
+        """Start sending rank 0's ``order`` to every worker (the transport's); a handle for :meth:`_receive_order`."""
+        return order
+
+    def _receive_order(self, layout: _Layout, handle: Any) -> list[int]:
+        """Rank 0's order sent by :meth:`_send_order` (waits for it)."""
+        return list(handle)
+
+    def _learn_timing(self, r: _Round) -> None:
+        """Fold a finished round's gradient-ready times and achieved bandwidth into the estimates (half weight each)."""
+        n = len(self.tensors)
+        if len(r.ready) != n or not r.records:
+            return
+        first = min(r.ready.values())
+        ready_s = np.array([r.ready[t] - first for t in range(n)])
+        busy, end = 0.0, -np.inf
+        for _k, _n, t0, t1 in sorted(r.records, key=lambda x: x[2]):
+            if t1 > end:
+                busy += t1 - max(t0, end)
+                end = t1
+        if busy <= 0:
+            return
+        bandwidth = sum(x[1] for x in r.records) / busy
+        if self._timing is None:
+            self._timing = (ready_s, bandwidth)
+        else:
+            old_s, old_bw = self._timing
+            self._timing = (0.5 * (old_s + ready_s), 0.5 * (old_bw + bandwidth))
+
+    def _iteration_end(self, iteration: int) -> None:
+        if self.on_iteration_end is not None:
+            self.on_iteration_end(iteration)
 
     def _communicate(self) -> None:
         layout = self._layout
@@ -309,15 +486,20 @@ class _GluonEngine:
 
     def _wait(self, arrays: Sequence[Any], what: str) -> None:
         """Wait for arrays that other workers complete; :class:`PeerLostError` after ``timeout_s``."""
-        if self._lost is not None:
-            raise self._lost
+        self._raise_if_lost()
         if self._waiter is None:
             self._waiter = _Waiter()
         if not self._waiter.wait(arrays, self.timeout_s):
-            self._lost = PeerLostError(
-                f"no answer from the other workers for {what} within timeout_s={self.timeout_s:g} s: "
-                f"{self._peers_hint()} The job cannot go on: stop every process and restart from a checkpoint."
-            )
+            self._lost = self._lost_error(what)
+            raise self._lost
+
+    def _lost_error(self, what: str) -> PeerLostError:
+        return _peer_lost(self.timeout_s, self._peers_hint(), what)
+
+    def _raise_if_lost(self) -> None:
+        if self._lost is None and self._ov is not None and isinstance(self._ov.lost, PeerLostError):
+            self._lost = self._ov.lost  # found by the watchdog while the training thread was elsewhere
+        if self._lost is not None:
             raise self._lost
 
     def _peers_hint(self) -> str:

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core._checks import check_bool
 from ..core.window import WIRE_LEN
 from ._mxnet_gluon import _GluonEngine, _Layout
+from ._mxnet_overlap import measure_ready_times
 
 #: Reserved KVStore keys; MXNet hashes a key as ``key * 9973`` in 32-bit
 #: arithmetic to pick its server, so every key must stay below this bound.
@@ -46,6 +48,11 @@ class KVStoreEngine(_GluonEngine):
         kvstore: overrides the trainer's kvstore (type string or KVStore).
         timeout_s: longest wait for the other workers (a message, a
             window's statistics) before :class:`PeerLostError` (300).
+        overlap: let :meth:`step` return once the messages and the update
+            are queued in MXNet's engine, so that each layer's next forward
+            waits only for its own parameters, as plain ``dist_sync`` does
+            (default True); False waits for every message in :meth:`step`.
+            With overlap, call :meth:`synchronize` after the last step.
 
     Raises:
         ImportError: MXNet is missing. RuntimeError: MXNet is not 1.9.x, or
@@ -57,11 +64,14 @@ class KVStoreEngine(_GluonEngine):
     fixed_order = False  # servers match pushes by key: the live priority policy applies
 
     def __init__(self, trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None,
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, overlap: bool = True) -> None:
         super().__init__(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes, timeout_s=timeout_s)
+        self.overlap = check_bool("overlap", overlap)
         self._kv = self._take_over(trainer, kvstore)
         self._next_key = _KEY_WEIGHTS0
+        self._order_key = -1
         self._control_shapes: dict[int, tuple[int, ...]] = {}
+        self._control_names: dict[int, str] = {}
 
     def _take_over(self, trainer: Any, kvstore: Any) -> Any:
         mx = self._mx
@@ -108,38 +118,79 @@ class KVStoreEngine(_GluonEngine):
         return 1 if self._kv is None else int(self._kv.num_workers)
 
     def _setup_comm(self, params: list[Any], n_tensors: int) -> None:
-        if _KEY_WEIGHTS0 + len(params) > MAX_KEY:
-            raise RuntimeError(f"the model has {len(params)} parameters; the KVStore engine supports at most {MAX_KEY - _KEY_WEIGHTS0}.")
-        self._next_key = _KEY_WEIGHTS0 + len(params)
+        if _KEY_WEIGHTS0 + len(params) + 1 > MAX_KEY:
+            raise RuntimeError(f"the model has {len(params)} parameters; the KVStore engine supports at most {MAX_KEY - _KEY_WEIGHTS0 - 1}.")
+        self._order_key = _KEY_WEIGHTS0 + len(params)  # rank 0's parameter order (_forward_order)
+        self._next_key = self._order_key + 1
         mx = self._mx
         width = 8 + n_tensors  # WindowStats.to_vector(): 8 scalars, then one time per tensor
-        # Control keys of a fixed shape: a statistics row per worker, one decision message.
-        self._control_shapes = {_KEY_STATS: (self.num_workers, width), _KEY_DECISION: (WIRE_LEN,)}
+        # Control keys of a fixed shape: a statistics row per worker, one decision message, one parameter order.
+        self._control_shapes = {_KEY_STATS: (self.num_workers, width), _KEY_DECISION: (WIRE_LEN,),
+                                self._order_key: (len(params),)}
+        self._control_names = {_KEY_STATS: "the tuning window's statistics", _KEY_DECISION: "the tuning decision",
+                               self._order_key: "rank 0's parameter order"}
         # One init call = one barrier: control keys, then rank 0's weights for everyone.
-        self._kv.init(
-            [_KEY_STATS, _KEY_DECISION],
-            [mx.nd.zeros(self._control_shapes[k], dtype="float64") for k in (_KEY_STATS, _KEY_DECISION)],
-        )
+        control = [_KEY_STATS, _KEY_DECISION, self._order_key]
+        self._kv.init(control, [mx.nd.zeros(self._control_shapes[k], dtype="float64") for k in control])
         wkeys = [_KEY_WEIGHTS0 + i for i in range(len(params))]
         self._kv.broadcast(wkeys, [p.list_data()[0] for p in params], out=[p.list_data() for p in params])
 
     def _register_layout(self, layout: _Layout) -> None:
         n = len(layout.messages)
-        if self._next_key + n > MAX_KEY:
+        if self._next_key + n + 1 > MAX_KEY:
             raise RuntimeError(
-                f"partition_bytes={layout.partition_bytes} needs {n} KVStore keys but only "
+                f"partition_bytes={layout.partition_bytes} needs {n + 1} KVStore keys but only "
                 f"{MAX_KEY - self._next_key} are left (MXNet keys must stay below {MAX_KEY}); "
                 "use a larger partition or fewer distinct partitions."
             )
         layout.keys = list(range(self._next_key, self._next_key + n))
-        self._next_key += n
+        layout.order_key = self._next_key + n  # rank 0's issue order for this plan (overlap)
+        self._next_key += n + 1
+        self._control_shapes[layout.order_key] = (n,)
         mx = self._mx
         # A new plan's keys are initialised on the servers by every worker at the same
         # iteration (KVStore init ends with a barrier): no gradient can miss its key.
-        self._kv.init(layout.keys, [mx.nd.zeros((m.numel,), dtype=m.dtype) for m in layout.messages])
+        self._kv.init(layout.keys + [layout.order_key],
+                      [mx.nd.zeros((m.numel,), dtype=m.dtype) for m in layout.messages] + [mx.nd.zeros((n,), dtype="float64")])
 
     def _issue(self, layout: _Layout, index: int, bufs: list[Any]) -> None:
         self._kv.pushpull(layout.keys[index], bufs, out=bufs, priority=layout.mx_priority[index])
+
+    def _forward_order(self, params: list[Any]) -> list[int]:
+        """The reverse of the order in which the first backward pass produces the gradients.
+
+        Called at the first step, while that backward runs: the priorities
+        follow the network's real layer order, not the Trainer's (names sorted
+        as text). Gradients ready together keep the Trainer's order.
+        """
+        ready = measure_ready_times(self._overlapper().ops, [p.list_grad() for p in params])
+        return sorted(range(len(params)), key=lambda i: (ready[i], -i))[::-1]
+
+    def _agree_order(self, order: list[int]) -> list[int]:
+        """Rank 0's parameter order on every worker (the plans, hence the keys, must be the same everywhere)."""
+        vec = np.asarray(order, dtype=np.float64)
+        got = self._sum_on_servers(self._order_key, vec if self.rank == 0 else np.zeros_like(vec))
+        agreed = [int(x) for x in got]
+        if sorted(agreed) != list(range(len(order))):
+            raise RuntimeError(f"the parameter order received from rank 0 is not a permutation of the {len(order)} "
+                               "parameters; this is a bug in autobyte.")
+        return agreed
+
+    def _send_order(self, layout: _Layout, order: list[int]) -> Any:
+        """Push and pull the plan's order key without waiting: rank 0 sends ``order``, the others zeros, the servers sum."""
+        assert layout.order_key is not None
+        vec = np.asarray(order, dtype=np.float64)
+        nd = self._mx.nd.array(vec if self.rank == 0 else np.zeros_like(vec), dtype="float64")
+        self._kv.pushpull(layout.order_key, nd, out=nd, priority=1)  # (messages have priorities <= 0)
+        return nd
+
+    def _receive_order(self, layout: _Layout, handle: Any) -> list[int]:
+        self._wait([handle], "rank 0's issue order")
+        agreed = [int(x) for x in handle.asnumpy()]
+        if sorted(agreed) != list(range(len(layout.messages))):
+            raise RuntimeError(f"the issue order received from rank 0 is not a permutation of the {len(layout.messages)} "
+                               "messages; this is a bug in autobyte.")
+        return agreed
 
     def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
         """Every worker's ``vector``, in rank order: each worker fills its row, the servers sum the rows."""
@@ -167,15 +218,15 @@ class KVStoreEngine(_GluonEngine):
             raise ValueError(f"control key {key} carries float64 arrays of shape {shape}, but got shape {values.shape}.")
         nd = self._mx.nd.array(values, dtype="float64")
         self._kv.pushpull(key, nd, out=nd)
-        self._wait([nd], "the tuning window's statistics" if key == _KEY_STATS else "the tuning decision")
+        self._wait([nd], self._control_names.get(key, "rank 0's issue order"))
         return np.asarray(nd.asnumpy(), dtype=np.float64)
 
 
 def schedule(trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None,
-             timeout_s: float = 300.0) -> KVStoreEngine:
+             timeout_s: float = 300.0, overlap: bool = True) -> KVStoreEngine:
     """Take over ``trainer``'s parameter-server communication; call ``engine.step(batch_size)`` instead of ``trainer.step``.
 
     See :class:`KVStoreEngine` for the arguments and errors.
     """
     return KVStoreEngine(trainer, partition_bytes=partition_bytes, credit_bytes=credit_bytes, kvstore=kvstore,
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, overlap=overlap)

@@ -13,6 +13,7 @@ chosen ``<partition_bytes, credit_bytes>`` at the same batch boundary.
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
@@ -62,6 +63,18 @@ def _make_tuner(tuner: str | Tuner, tuner_kwargs: dict[str, Any]) -> Tuner:
 
 
 ENGINES = ("horovod", "kvstore")
+
+
+class _WeakHook:
+    """A bound method that does not keep its object alive (no engine <-> handler cycle holding the KVStore)."""
+
+    def __init__(self, method: Any) -> None:
+        self._method = weakref.WeakMethod(method)
+
+    def __call__(self, iteration: int) -> None:
+        method = self._method()
+        if method is not None:
+            method(iteration)
 
 
 def _record(saved: Any) -> DecisionRecord:
@@ -192,6 +205,8 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
                 )
             if self._restored is not None:
                 self.engine.load_state_dict(self._restored.get("engine", {}))
+            # The engine reports each iteration once its communication is complete (with overlap, inside the next step).
+            self.engine.on_iteration_end = _WeakHook(self._after_iteration)
 
     def batch_begin(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
         if self.engine is None:
@@ -207,21 +222,23 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         loss = kwargs["loss"]
         losses = loss if isinstance(loss, (list, tuple)) else [loss]
         engine.step(sum(int(l.shape[0]) for l in losses))
-        if engine.distributed:
-            self._after_step(engine)
 
     def train_end(self, estimator: Any, *args: Any, **kwargs: Any) -> None:
+        if self.engine is not None:
+            self.engine.synchronize()  # the last batch's communication: its statistics, a lost peer
         if self.engine is not None and self.engine.distributed and self.engine.rank == 0 and self.verbose:
             self._log(f"autobyte: finished at {self.engine.config} after {self.engine.iteration} batches, "
                       f"{len(self.reconfigurations)} reconfiguration(s).")
 
     # ------------------------------------------------------------ decisions
-    def _after_step(self, engine: _GluonEngine) -> None:
+    def _after_iteration(self, iteration: int) -> None:
+        """The engine's ``on_iteration_end``: ``iteration``'s statistics are in; a decision applies from the next one."""
+        engine = self.engine
+        assert engine is not None
         if self.coordinator is None:
             self._start_coordinator(engine)
         assert self.coordinator is not None and engine.stats is not None
-        # the batch just finished; a decision applies from the next one
-        self._follow(engine, self.coordinator.end_iteration(engine.iteration - 1, engine.stats))
+        self._follow(engine, self.coordinator.end_iteration(iteration, engine.stats))
 
     def _start_coordinator(self, engine: _GluonEngine) -> None:
         controller = Controller(
