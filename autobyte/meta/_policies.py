@@ -430,11 +430,18 @@ class Explorer:
         max_sigma: the largest predictor error the expected values use (0.25).
         max_misses: trials in a row without a faster configuration after
             which a regime is not explored any more (3).
+        abort_margin: a trial running more than this below the best measured
+            is ended at its first check (:class:`Aborter`), so it costs only
+            ``abort_iters``; ``None`` (default): every trial runs its window.
+        abort_iters: iterations of a trial ended at its first check (7: half
+            a window of 10 plus 2 warm-up).
     """
 
     def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0, max_sigma: float = 0.25,
-                 max_misses: int = 3) -> None:
+                 max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7) -> None:
         self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
+        self.abort_margin = None if abort_margin is None else _check_range("abort_margin", abort_margin, 1e-3, 0.9)
+        self.abort_iters = int(_check_range("abort_iters", abort_iters, 1, self.trial_iters))
         self.widen = _check_range("widen", widen, 0.0, 10.0)
         self.max_distance = _check_range("max_distance", max_distance, 0.0, 64.0)
         self.max_sigma = _check_range("max_sigma", max_sigma, 1e-3, 10.0)
@@ -466,9 +473,20 @@ class Explorer:
         mu_cost = np.log(np.maximum(predicted, 1e-12) / speed)
         zc = mu_cost / s
         el = s * _norm_pdf(zc) - mu_cost * _norm_cdf(-zc)  # expected log slowdown against the current config
-        value = ei * horizon - el * self.trial_iters
+        cost = el * self.trial_iters
+        low = np.maximum(predicted, 1e-12) * np.exp(-s)  # the truth one sigma below the prediction
+        iters = np.full(len(predicted), float(self.trial_iters))
+        if self.abort_margin is not None:
+            # a trial whose truth falls below the abort line runs only abort_iters: the slowdown
+            # below min(line, current) is paid for that many iterations, not a whole trial's
+            line = np.log(best_known * (1.0 - self.abort_margin) / speed)
+            zb = (np.minimum(line, 0.0) - mu_cost) / s
+            cut = s * _norm_pdf(zb) - mu_cost * _norm_cdf(zb)  # E[-log(truth/speed); truth below the line]
+            cost = cost - (self.trial_iters - self.abort_iters) * np.maximum(cut, 0.0)
+            iters = np.where(low < best_known * (1.0 - self.abort_margin), float(self.abort_iters), iters)
+        value = ei * horizon - cost
         if allowance is not None:  # the trial's cost if the truth is one sigma below the prediction
-            worst = self.trial_iters * (speed / (np.maximum(predicted, 1e-12) * np.exp(-s)) - 1.0)
+            worst = iters * (speed / low - 1.0)
             free &= worst <= allowance
         value = np.where(free, value, -np.inf)
         k = int(np.argmax(value))
@@ -477,7 +495,7 @@ class Explorer:
         cfg = space[k]
         return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s (best measured {best_known:.1f}, "
                      f"error {100 * s[k]:.0f}%): expected gain {ei[k] * horizon:.2f} iterations over {horizon:.0f} "
-                     f"left in these conditions, expected cost {el[k] * self.trial_iters:.2f}")
+                     f"left in these conditions, expected cost {cost[k]:.2f}")
 
 
 # ---------------------------------------------------------------------- learning

@@ -214,7 +214,9 @@ class AutoByteTuner(Tuner):
             far from its prediction (True).
         abort_margin: a trial measured at a check more than this below the
             fastest configuration measured in this regime is ended there
-            (0.10; in [0.001, 0.9]); ``None`` never ends a trial early.
+            (0.10; in [0.001, 0.9]); ``None`` never ends a trial early. The
+            explorer counts a trial that would be ended at 7 iterations (half
+            a window and the warm-up), not ``trial_iters``.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -257,7 +259,9 @@ class AutoByteTuner(Tuner):
         self.net = network
         self.adapter = Adapter(network, time_budget_s=adapt_time_s)
         self.mover = Mover(min_gain)
-        self.explorer = Explorer(trial_iters, max_distance=max_distance)
+        # a trial that the aborter would end costs only its first check (half a window and the warm-up)
+        self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
+                                 abort_iters=min(7, trial_iters))
         self.verifier = Verifier()
         self.verify = bool(verify)
         self.aborter = None if abort_margin is None else Aborter(_check_range("abort_margin", abort_margin, 1e-3, 0.9))

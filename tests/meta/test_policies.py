@@ -183,13 +183,25 @@ def test_explorer_keeps_a_trial_inside_the_guards_allowance():
     assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=10.0)[0] == B
 
 
+def test_explorer_counts_a_trial_the_aborter_would_end_at_its_first_check():
+    # B: as fast as the best on average, but uncertain (30%): its downside costs a whole trial without
+    # aborts, only its first check (7 iterations, not 12) with them
+    assert _explore([100.0, 100.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, horizon=10.0) is None
+    cfg, why = _explore([100.0, 100.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, horizon=10.0, abort_margin=0.1)
+    assert cfg == B and "expected cost 0.87" in why
+    # and one sigma below its prediction it would be ended, so the guard's allowance covers 7 iterations of it
+    assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=2.5) is None
+    assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=2.5, abort_margin=0.1)[0] == B
+
+
 def test_explorer_reaches_only_near_measured_configs():
     # D (256 KiB) is 2 powers of two from A; with max_distance=1 it is out of reach
     assert _explore([100.0, 90.0, 90.0, 150.0], {A: 100.0}, max_distance=1.0) is None
     assert _explore([100.0, 90.0, 90.0, 150.0], {A: 100.0}, max_distance=2.0)[0] == D
 
 
-@pytest.mark.parametrize("kw", [{"trial_iters": 0}, {"widen": -1}, {"max_distance": float("nan")}, {"max_misses": 0}])
+@pytest.mark.parametrize("kw", [{"trial_iters": 0}, {"widen": -1}, {"max_distance": float("nan")}, {"max_misses": 0},
+                                {"abort_margin": 0.0}, {"abort_iters": 13}])
 def test_explorer_rejects_bad_arguments(kw):
     with pytest.raises(ValueError, match=rf"{next(iter(kw))} must be a number in"):
         Explorer(**kw)
