@@ -189,8 +189,10 @@ class AutoByteTuner(Tuner):
     measurement (half a window: scorer error, ledger, learner, as a window
     is) and the run goes back to that configuration, which re-measures it
     (so the detector sees a change of conditions there, as the verifier's
-    re-measurement would). Outside a trial, or when the trial holds up, a
-    check changes nothing and the window goes on.
+    re-measurement would). When the trial holds up but the conditions are
+    expected to last less than ``short_horizon_iters``, the check is the
+    trial's window: the policies above decide on it (half a window) at once.
+    Outside a trial, or otherwise, a check changes nothing and the window goes on.
 
     Each decision is logged on ``autobyte.meta`` with what was measured, what
     was predicted and why; a window that keeps the configuration logs why at
@@ -217,6 +219,12 @@ class AutoByteTuner(Tuner):
             (0.10; in [0.001, 0.9]); ``None`` never ends a trial early. The
             explorer counts a trial that would be ended at 7 iterations (half
             a window and the warm-up), not ``trial_iters``.
+        short_horizon_iters: while the regime is expected to last fewer
+            iterations than this (:meth:`Ledger.horizon
+            <autobyte.meta._policies.Ledger.horizon>`, known once a regime has
+            ended), a trial that holds up at its first check is judged on that
+            check alone, as a window of its own (100; ``None``: trials run
+            their whole window unless aborted).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -247,6 +255,7 @@ class AutoByteTuner(Tuner):
         max_distance: float = 3.0,
         verify: bool = True,
         abort_margin: float | None = 0.10,
+        short_horizon_iters: float | None = 100,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -264,6 +273,9 @@ class AutoByteTuner(Tuner):
                                  abort_iters=min(7, trial_iters))
         self.verifier = Verifier()
         self.verify = bool(verify)
+        if short_horizon_iters is not None:
+            _check_range("short_horizon_iters", short_horizon_iters, 0, 1e9)
+        self.short_horizon_iters = short_horizon_iters
         self.aborter = None if abort_margin is None else Aborter(_check_range("abort_margin", abort_margin, 1e-3, 0.9))
         self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background, enabled=adapt)
         self.enabled = bool(enabled)
@@ -402,6 +414,14 @@ class AutoByteTuner(Tuner):
             return None
         measured = self.ledger.current.speeds(self.ledger.stale_windows)
         abort = self.aborter.propose(trial, obs.config, obs.speed, measured)
+        if abort is None and trial[0] == obs.config and self.short_horizon_iters is not None:
+            horizon = self.ledger.horizon(obs.iteration)
+            if horizon < self.short_horizon_iters:
+                # conditions expected to last little: the check is the trial's window, judged as one
+                d = self._observe(obs)
+                return d if d is not None else Decision(
+                    obs.config, f"short: {obs.config} judged on one check ({obs.speed:.1f} samples/s), "
+                                f"{horizon:.0f} iterations expected left in these conditions", obs.speed)
         if abort is None:
             return None  # the trial goes on; nothing recorded (the whole window will be)
         self._window += 1

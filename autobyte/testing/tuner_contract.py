@@ -42,8 +42,8 @@ N_WINDOWS = 48
 RATES_GBPS = (10.0, 0.5, 40.0, 1.0)
 #: Windows after which the state goes through JSON into a fresh tuner
 #: (BO's random and GP phases, inside a grid search, across regime changes and adaptations, with an
-#: AutoByte trial in flight that its next check ends: 2, 24).
-CHECKPOINTS = (2, 5, 12, 21, 24, 30, 36)
+#: AutoByte trial in flight that its next check ends: 2, 6).
+CHECKPOINTS = (2, 5, 6, 12, 21, 30, 36)
 
 _cache: dict[tuple[Config, int], Observation] = {}
 

@@ -331,3 +331,27 @@ def test_abort_can_be_switched_off_and_its_margin_is_validated(fresh_net):
     assert t.check(Observation(15, GRID[0], 1.0, win.features, window_share=0.5)) is None
     with pytest.raises(ValueError, match=r"abort_margin must be a number in \[0.001, 0.9\], but got abort_margin=1.5"):
         AutoByteTuner(fresh_net, abort_margin=1.5)
+
+
+def test_a_trial_holding_up_in_short_conditions_is_judged_on_its_first_check(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur = t.start(GRID, GRID[4])
+    win = _window(cur, FAST, 0)
+    t.observe(win)
+    t.ledger.current.durations.append(30)  # these conditions lasted 30 iterations last time: 30 + 20 left
+    assert t.ledger.horizon(15) < 100
+    best = t.ledger.current.measured[cur][0]
+    t._trial, t._left = (GRID[0], best, cur), cur
+    half = _window(GRID[0], FAST, 1)
+    d = t.check(Observation(15, GRID[0], best * 0.97, half.features, window_share=0.5))  # within the abort margin
+    assert d is not None and t._trial is None and t.n_aborts == 0
+    assert d.reason.startswith(("short:", "rollback:")), d.reason
+    assert t.ledger.current.measured[GRID[0]][:2] == [pytest.approx(best * 0.97), 0.5]
+    off = AutoByteTuner(fresh_net, background=False, short_horizon_iters=None)
+    off.start(GRID, GRID[4])
+    off.observe(win)
+    off.ledger.current.durations.append(30)
+    off._trial, off._left = (GRID[0], best, cur), cur
+    assert off.check(Observation(15, GRID[0], best * 0.97, half.features, window_share=0.5)) is None
+    with pytest.raises(ValueError, match=r"short_horizon_iters must be a number in \[0, 1e\+09\], but got short_horizon_iters=-1"):
+        AutoByteTuner(fresh_net, short_horizon_iters=-1)
