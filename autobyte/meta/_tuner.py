@@ -409,30 +409,32 @@ class AutoByteTuner(Tuner):
         if not hasattr(self, "scorer"):
             raise RuntimeError("AutoByteTuner.check called before start(space, initial).")
         trial = self._trial
-        if (self.aborter is None or trial is None or not self.enabled or obs.regime_changed
+        if (trial is None or trial[0] != obs.config or not self.enabled or obs.regime_changed
                 or not (math.isfinite(obs.speed) and obs.speed > 0)):
-            return None
+            return None  # only a trial this tuner started, and is running, is acted on
         measured = self.ledger.current.speeds(self.ledger.stale_windows)
-        abort = self.aborter.propose(trial, obs.config, obs.speed, measured)
-        if abort is None and trial[0] == obs.config and self.short_horizon_iters is not None:
+        abort = self.aborter.propose(trial, obs.config, obs.speed, measured) if self.aborter is not None else None
+        if abort is not None:
+            self._window += 1
+            recorded = self._record(obs)
+            if recorded is None:
+                return None
+            _, regime = recorded
+            regime.misses += 1  # a trial that found nothing faster
+            self._trial = None
+            self.n_aborts += 1
+            return self._decide(obs, abort[0], abort[1], measured[abort[0]])
+        if self.short_horizon_iters is not None:
             horizon = self.ledger.horizon(obs.iteration)
             if horizon < self.short_horizon_iters:
                 # conditions expected to last little: the check is the trial's window, judged as one
                 d = self._observe(obs)
+                if self._trial is trial:
+                    return None  # the check could not be used (warned): the window goes on
                 return d if d is not None else Decision(
                     obs.config, f"short: {obs.config} judged on one check ({obs.speed:.1f} samples/s), "
                                 f"{horizon:.0f} iterations expected left in these conditions", obs.speed)
-        if abort is None:
-            return None  # the trial goes on; nothing recorded (the whole window will be)
-        self._window += 1
-        recorded = self._record(obs)
-        if recorded is None:
-            return None
-        _, regime = recorded
-        regime.misses += 1  # a trial that found nothing faster
-        self._trial = None
-        self.n_aborts += 1
-        return self._decide(obs, abort[0], abort[1], measured[abort[0]])
+        return None  # the trial goes on; nothing recorded (the whole window will be)
 
     def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float) -> Decision:
         self._left = obs.config
