@@ -317,13 +317,18 @@ def make_scenario(set_name: str, index: int) -> Scenario:
 
 # ----------------------------------------------------------------- methods
 class _Timed(Tuner):
-    """Forwards to a tuner and times its ``observe`` (process CPU): the tuner CPU per decision."""
+    """Forwards to a tuner and times its ``observe`` and ``check`` (process CPU): the tuner CPU per decision.
+
+    A check that ends a window is a decision of its own; the CPU of one that
+    does not is counted in the next window's decision.
+    """
 
     def __init__(self, inner: Tuner) -> None:
         self.inner = inner
         self.name = getattr(inner, "name", type(inner).__name__)
         self.calls = 0
         self.cpu_s: list[float] = []
+        self._carry_s = 0.0  # CPU of checks that ended no window
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
@@ -334,7 +339,20 @@ class _Timed(Tuner):
         try:
             return self.inner.observe(obs)
         finally:
-            self.cpu_s.append(time.process_time() - t0)
+            self.cpu_s.append(time.process_time() - t0 + self._carry_s)
+            self._carry_s = 0.0
+
+    def check(self, obs: Observation) -> Decision | None:
+        t0 = time.process_time()
+        d = None
+        try:
+            d = self.inner.check(obs)
+            return d
+        finally:
+            self._carry_s += time.process_time() - t0
+            if d is not None:
+                self.cpu_s.append(self._carry_s)
+                self._carry_s = 0.0
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()

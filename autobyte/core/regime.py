@@ -86,8 +86,11 @@ class HarmGuard:
     The guard keeps an estimate of the starting configuration's speed in the
     current conditions (``reference``): measured whenever the run is at that
     configuration; carried across a change of conditions seen at another
-    configuration in proportion to that configuration's own speed change (the
-    assumption: a change of link or compute slows both alike). Each window at
+    configuration in proportion to that configuration's own speed change since
+    its last measurement in the old conditions (the assumption: a change of
+    link or compute slows both alike; the detector judges a change the same
+    way, so a change seen when the run comes back to a configuration after a
+    trial is carried too). Each window at
     another configuration costs ``n * (reference / speed - 1)`` iterations'
     worth of time (negative when faster: gains are banked). When the cost
     over the last ``span`` iterations exceeds ``budget * span``, the guard
@@ -115,6 +118,7 @@ class HarmGuard:
         self._windows: deque[tuple[int, int, float]] = deque()  # (last iteration, iterations, cost)
         self._hold_until = -1  # iteration until which the run stays at the starting configuration
         self._last: tuple[Config, float] | None = None  # config and speed of the last window
+        self._speeds: dict[Config, float] = {}  # last speed of each configuration in the current conditions
         self._tripped: tuple[Config, float] | None = None  # the config and speed the last trip left
         self.trips = 0
 
@@ -125,8 +129,10 @@ class HarmGuard:
             # hold may have come from a change taken for a bad move: start afresh
             self._windows.clear()
             self._hold_until = -1
-            if config != self.initial and self.reference is not None and self._last is not None and self._last[0] == config:
-                self.reference *= speed / self._last[1]
+            before = self._speeds.get(config)
+            if config != self.initial and self.reference is not None and before is not None:
+                self.reference *= speed / before
+            self._speeds = {}
         if config == self.initial:
             self.reference = speed
             if self._tripped is not None and self._tripped[1] >= speed * (1 - self.budget):
@@ -140,6 +146,7 @@ class HarmGuard:
         while self._windows and self._windows[0][0] <= iteration - self.span:
             self._windows.popleft()
         self._last = (config, speed)
+        self._speeds[config] = speed
 
     def cost(self) -> float:
         """Iterations' worth of time lost to the tuner over the last ``span`` iterations (negative: gained)."""
@@ -168,6 +175,7 @@ class HarmGuard:
     def state_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "windows": [list(w) for w in self._windows], "hold_until": self._hold_until,
                 "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips,
+                "speeds": [_cfg(c) + [v] for c, v in self._speeds.items()],
                 "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -180,6 +188,8 @@ class HarmGuard:
             last = state["last"]
             self._last = None if last is None else (Config(int(last[0]), int(last[1])), float(last[2]))
         self.trips = int(state.get("trips", self.trips))
+        if "speeds" in state:
+            self._speeds = {Config(int(p), int(c)): float(v) for p, c, v in state["speeds"]}
         if "tripped" in state:
             t = state["tripped"]
             self._tripped = None if t is None else (Config(int(t[0]), int(t[1])), float(t[2]))

@@ -2,10 +2,13 @@
 
 A tuner is a small policy with one decision method (:meth:`Tuner.observe`)
 that returns a plain value: a :class:`Decision` to reconfigure, or ``None``
-to keep the current configuration. The :class:`Controller` is what engines
-talk to: it cuts iterations into windows, turns every rank's
-:class:`~autobyte.core.metrics.WindowStats` into features, asks the tuner on
-rank 0, and says at which iteration every rank applies the decision.
+to keep the current configuration. A tuner may also look at each check of a
+window still in progress (:meth:`Tuner.check`, by default ``None``: wait for
+the window), to end early a trial that already measures badly. The
+:class:`Controller` is what engines talk to: it cuts iterations into windows,
+turns every rank's :class:`~autobyte.core.metrics.WindowStats` into features,
+asks the tuner on rank 0, and says at which iteration every rank applies the
+decision.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ class Observation:
             span (:class:`~autobyte.core.regime.HarmGuard`); ``None`` when
             the run is not guarded. A tuner that explores can keep its
             expected cost below it.
+        window_share: the share of a full window's iterations measured
+            (1.0 for a window; ``check_iters / window_iters`` for a check of a
+            window in progress, offered through :meth:`Tuner.check`). A
+            tuner that averages measurements can weigh them by it.
     """
 
     iteration: int
@@ -51,6 +58,7 @@ class Observation:
     features: RuntimeFeatures
     regime_changed: bool = False
     harm_allowance: float | None = None
+    window_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,8 @@ class Tuner(abc.ABC):
     """Base class: one decision per window, on rank 0.
 
     Subclasses implement :meth:`observe`; :meth:`start` may choose the first
-    configuration. State must be plain types (``state_dict``).
+    configuration; :meth:`check` may end a window early. State must be plain
+    types (``state_dict``).
     """
 
     name: str = "tuner"
@@ -82,6 +91,20 @@ class Tuner(abc.ABC):
     @abc.abstractmethod
     def observe(self, obs: Observation) -> Decision | None:
         """Return a :class:`Decision` to reconfigure, or ``None`` to keep ``obs.config``."""
+
+    def check(self, obs: Observation) -> Decision | None:
+        """A check of a window still in progress (``obs`` holds that check alone); ``None`` waits for the window.
+
+        A :class:`Decision` ends the window at this check: the controller
+        applies it as it would a window's, and the tuner is not asked about
+        the rest of the window (there is none). A tuner that returns ``None``
+        must not have changed its state: the same iterations reach
+        :meth:`observe` again as part of the full window. The default never
+        acts, so a tuner that only implements :meth:`observe` sees whole
+        windows only.
+        """
+        del obs
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -112,7 +135,11 @@ class Controller:
     (every ``check_iters`` counted iterations) and hand them to
     :meth:`decide` on rank 0. The controller
     joins consecutive checks under one configuration into a window of
-    ``window_iters`` iterations and asks the tuner once per window. When a
+    ``window_iters`` iterations and asks the tuner once per window
+    (:meth:`Tuner.observe`); each check that does not complete a window is
+    offered to :meth:`Tuner.check` on its own statistics
+    (``Observation.window_share`` below 1), and a decision there ends the
+    window at that check (its history entry has ``"check": True``). When a
     check's speed differs from the previous check's, under the same
     configuration, by more than ``regime_change``, conditions changed (a
     bandwidth drop, another job on the GPU): the iterations before the change
@@ -252,7 +279,18 @@ class Controller:
                 return Decision(guard.initial, why, guard.reference)
         self._pending.append(list(windows))
         if not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:
-            return None
+            if not self.tuning:
+                return None
+            # a window in progress: the tuner may end it here (a trial that already measures badly)
+            obs = Observation(iteration, self.current, speed, features,
+                              harm_allowance=None if guard is None else guard.allowance(),
+                              window_share=windows[0].n_iters / self.window_iters)
+            decision = self._ask(obs, "check")
+            if decision is None:
+                return None
+            self._pending = []
+            self.n_windows += 1
+            return self._record(iteration, obs, decision, windows[0].n_iters, {"check": True})
         checks, self._pending = self._pending, []
         try:
             if len({len(p) for p in checks}) != 1:
@@ -268,11 +306,15 @@ class Controller:
                           harm_allowance=None if guard is None else guard.allowance())
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
-        decision = self._ask(obs) if self.tuning else None
-        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
-                                 "iterations": merged[0].n_iters}
-        if changed:
-            entry["regime_changed"] = True
+        decision = self._ask(obs, "observe") if self.tuning else None
+        return self._record(iteration, obs, decision, merged[0].n_iters, {"regime_changed": True} if changed else {})
+
+    def _record(self, iteration: int, obs: Observation, decision: Decision | None, n_iters: int,
+                extra: dict[str, Any]) -> Decision | None:
+        """The history entry of a window the tuner was asked about (a full one, or one it ended at a check)."""
+        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": obs.speed,
+                                 "iterations": n_iters, **extra}
+        guard = self.guard if self.tuning else None
         if guard is not None and decision is not None and decision.config != guard.initial and guard.holding(iteration):
             entry["held"] = f"guard holds {guard.initial}: {decision.config} not applied ({decision.reason})"
             decision = None
@@ -283,13 +325,14 @@ class Controller:
         self.history.append(entry)
         return decision
 
-    def _ask(self, obs: Observation) -> Decision | None:
-        """The tuner's decision; a tuner that raises keeps the configuration (warned), never stops training."""
+    def _ask(self, obs: Observation, method: str) -> Decision | None:
+        """The tuner's ``observe`` or ``check``; a tuner that raises keeps the configuration (warned), never stops training."""
         try:
-            return self.tuner.observe(obs)
+            return getattr(self.tuner, method)(obs)
         except Exception as exc:  # a tuner's bug must not take a week-long job down
+            where = " (check of a window in progress)" if method == "check" else ""
             warnings.warn(f"autobyte: tuner {getattr(self.tuner, 'name', type(self.tuner).__name__)!r} failed at "
-                          f"iteration {obs.iteration} ({type(exc).__name__}: {exc}); keeping {self.current}.", stacklevel=3)
+                          f"iteration {obs.iteration}{where} ({type(exc).__name__}: {exc}); keeping {self.current}.", stacklevel=3)
             return None
 
     def applied(self, iteration: int, config: Config) -> None:

@@ -12,6 +12,9 @@
 * :class:`Verifier` — re-measure the configuration a trial left when the
   trial ran far from its prediction (a change of conditions at that moment, or
   a wrong prediction: the detector tells which).
+* :class:`Aborter` — end a trial at its first check when it already runs
+  clearly slower than the fastest configuration measured here, instead of
+  paying for its whole window.
 * :class:`Explorer` — measure a candidate not yet measured here while the
   expected gain over the time left in this regime exceeds the expected cost of
   the trial, and while the do-no-harm allowance covers the trial's worst case.
@@ -129,8 +132,9 @@ class Scorer:
 class Regime:
     """What was measured in one set of conditions.
 
-    ``measured`` maps a configuration to ``[speed, windows averaged, window
-    index of the last measurement]``; ``durations`` the length in iterations
+    ``measured`` maps a configuration to ``[speed, windows averaged (a
+    trial ended at a check counts its share of a window), window index of the
+    last measurement]``; ``durations`` the length in iterations
     of each past occurrence of this regime.
     """
 
@@ -202,8 +206,12 @@ class Ledger:
         self.recalled: Regime | None = None  # the regime this window recalled, if any
         self._left: Regime | None = None  # the regime the last change left (not these conditions, by definition)
 
-    def observe(self, iteration: int, config: Config, speed: float, changed: bool) -> Regime:
-        """Record ``config`` at ``speed``; returns the regime this window belongs to."""
+    def observe(self, iteration: int, config: Config, speed: float, changed: bool, weight: float = 1.0) -> Regime:
+        """Record ``config`` at ``speed``; returns the regime this window belongs to.
+
+        ``weight``: the share of a full window measured (a trial ended at its
+        first check counts half a window in the average).
+        """
         self.recalled = None
         if changed:
             self.current.durations.append(max(1, iteration - self.current.started))
@@ -216,10 +224,10 @@ class Ledger:
         r.windows += 1
         m = r.measured.get(config)
         if m is None or r.windows - m[2] > self.stale_windows:
-            r.measured[config] = [speed, 1.0, float(r.windows)]
+            r.measured[config] = [speed, float(weight), float(r.windows)]
         else:
             n = min(m[1], self.memory - 1)
-            r.measured[config] = [(m[0] * n + speed) / (n + 1), m[1] + 1, float(r.windows)]
+            r.measured[config] = [(m[0] * n + speed * weight) / (n + weight), m[1] + weight, float(r.windows)]
         return r
 
     def _recall(self, config: Config, speed: float) -> None:
@@ -347,6 +355,50 @@ class Verifier:
                           f"conditions from a wrong prediction")
 
 
+class Aborter:
+    """End a trial at a check of its window when it already runs clearly slower than the best measured here.
+
+    A trial runs a whole window before the tuner judges it; one that the
+    predictor got wrong by a lot costs that window. Checked halfway (the
+    controller offers each check of a window in progress), a trial running
+    more than ``margin`` below the fastest configuration measured in this
+    regime is ended there, and the run goes back to that configuration. The
+    margin is well above a check's noise (a few percent), so a trial that
+    could still come out ahead is never cut. The check is a real measurement
+    of the trial: the tuner records it (as half a window) like any other.
+
+    Args:
+        margin: relative slowdown against the fastest configuration measured
+            in this regime that ends a trial at a check (0.10).
+
+    Raises:
+        ValueError: ``margin`` not in [0.001, 0.9].
+    """
+
+    def __init__(self, margin: float = 0.10) -> None:
+        self.margin = _check_range("margin", margin, 1e-3, 0.9)
+
+    def propose(self, trial: tuple[Config, float, Config] | None, current: Config, speed: float,
+                measured: dict[Config, float]) -> tuple[Config, str] | None:
+        """``trial``: the configuration tried, its prediction and the one it left; ``speed``: the check's.
+
+        Returns the configuration to go back to (the fastest measured, other
+        than the trial) with the reason, or ``None`` (let the trial run).
+        """
+        if trial is None or trial[0] != current:
+            return None
+        others = {c: v for c, v in measured.items() if c != current}
+        if not others:
+            return None
+        # ties go to the configuration the trial left
+        best = max(others, key=lambda c: (others[c], c == trial[2]))
+        if speed >= others[best] * (1.0 - self.margin):
+            return None
+        return best, (f"abort: trial {current} ran {speed:.1f} samples/s at a check, {100 * (1 - speed / others[best]):.1f}% "
+                      f"below {best}'s {others[best]:.1f} measured in these conditions (margin {100 * self.margin:.0f}%; "
+                      f"predicted {trial[1]:.1f}); back to {best}")
+
+
 # ---------------------------------------------------------------------- exploring
 def _norm_pdf(z: np.ndarray) -> np.ndarray:
     return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
@@ -378,11 +430,18 @@ class Explorer:
         max_sigma: the largest predictor error the expected values use (0.25).
         max_misses: trials in a row without a faster configuration after
             which a regime is not explored any more (3).
+        abort_margin: a trial running more than this below the best measured
+            is ended at its first check (:class:`Aborter`), so it costs only
+            ``abort_iters``; ``None`` (default): every trial runs its window.
+        abort_iters: iterations of a trial ended at its first check (7: half
+            a window of 10 plus 2 warm-up).
     """
 
     def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0, max_sigma: float = 0.25,
-                 max_misses: int = 3) -> None:
+                 max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7) -> None:
         self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
+        self.abort_margin = None if abort_margin is None else _check_range("abort_margin", abort_margin, 1e-3, 0.9)
+        self.abort_iters = int(_check_range("abort_iters", abort_iters, 1, self.trial_iters))
         self.widen = _check_range("widen", widen, 0.0, 10.0)
         self.max_distance = _check_range("max_distance", max_distance, 0.0, 64.0)
         self.max_sigma = _check_range("max_sigma", max_sigma, 1e-3, 10.0)
@@ -414,9 +473,20 @@ class Explorer:
         mu_cost = np.log(np.maximum(predicted, 1e-12) / speed)
         zc = mu_cost / s
         el = s * _norm_pdf(zc) - mu_cost * _norm_cdf(-zc)  # expected log slowdown against the current config
-        value = ei * horizon - el * self.trial_iters
+        cost = el * self.trial_iters
+        low = np.maximum(predicted, 1e-12) * np.exp(-s)  # the truth one sigma below the prediction
+        iters = np.full(len(predicted), float(self.trial_iters))
+        if self.abort_margin is not None:
+            # a trial whose truth falls below the abort line runs only abort_iters: the slowdown
+            # below min(line, current) is paid for that many iterations, not a whole trial's
+            line = np.log(best_known * (1.0 - self.abort_margin) / speed)
+            zb = (np.minimum(line, 0.0) - mu_cost) / s
+            cut = s * _norm_pdf(zb) - mu_cost * _norm_cdf(zb)  # E[-log(truth/speed); truth below the line]
+            cost = cost - (self.trial_iters - self.abort_iters) * np.maximum(cut, 0.0)
+            iters = np.where(low < best_known * (1.0 - self.abort_margin), float(self.abort_iters), iters)
+        value = ei * horizon - cost
         if allowance is not None:  # the trial's cost if the truth is one sigma below the prediction
-            worst = self.trial_iters * (speed / (np.maximum(predicted, 1e-12) * np.exp(-s)) - 1.0)
+            worst = iters * (speed / low - 1.0)
             free &= worst <= allowance
         value = np.where(free, value, -np.inf)
         k = int(np.argmax(value))
@@ -425,7 +495,7 @@ class Explorer:
         cfg = space[k]
         return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s (best measured {best_known:.1f}, "
                      f"error {100 * s[k]:.0f}%): expected gain {ei[k] * horizon:.2f} iterations over {horizon:.0f} "
-                     f"left in these conditions, expected cost {el[k] * self.trial_iters:.2f}")
+                     f"left in these conditions, expected cost {cost[k]:.2f}")
 
 
 # ---------------------------------------------------------------------- learning

@@ -16,7 +16,7 @@ from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuning import Decision, Observation, Tuner
 
 from ._network import MetaNetwork, _Head
-from ._policies import Explorer, Learner, Ledger, Mover, Regime, Scorer, Verifier, _arr, _unarr
+from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
 
 _log = logging.getLogger("autobyte.meta")
 
@@ -182,6 +182,18 @@ class AutoByteTuner(Tuner):
        (recurrences included) most exceeds the trial's expected cost, inside
        the controller's do-no-harm allowance; none when no trial pays.
 
+    At a check of a window still in progress (:meth:`check`), during a trial
+    it started, :class:`~autobyte.meta._policies.Aborter` ends the trial when
+    it already runs more than ``abort_margin`` below the fastest
+    configuration measured in this regime: the check is recorded as a
+    measurement (half a window: scorer error, ledger, learner, as a window
+    is) and the run goes back to that configuration, which re-measures it
+    (so the detector sees a change of conditions there, as the verifier's
+    re-measurement would). When the trial holds up but the conditions are
+    expected to last less than ``short_horizon_iters``, the check is the
+    trial's window: the policies above decide on it (half a window) at once.
+    Outside a trial, or otherwise, a check changes nothing and the window goes on.
+
     Each decision is logged on ``autobyte.meta`` with what was measured, what
     was predicted and why; a window that keeps the configuration logs why at
     DEBUG level.
@@ -202,6 +214,17 @@ class AutoByteTuner(Tuner):
         max_distance: powers of two a trial may reach from the nearest measured configuration (3.0).
         verify: re-measure the configuration a trial left when the trial ran
             far from its prediction (True).
+        abort_margin: a trial measured at a check more than this below the
+            fastest configuration measured in this regime is ended there
+            (0.10; in [0.001, 0.9]); ``None`` never ends a trial early. The
+            explorer counts a trial that would be ended at 7 iterations (half
+            a window and the warm-up), not ``trial_iters``.
+        short_horizon_iters: while the regime is expected to last fewer
+            iterations than this (:meth:`Ledger.horizon
+            <autobyte.meta._policies.Ledger.horizon>`, known once a regime has
+            ended), a trial that holds up at its first check is judged on that
+            check alone, as a window of its own (100; ``None``: trials run
+            their whole window unless aborted).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -231,6 +254,8 @@ class AutoByteTuner(Tuner):
         trial_iters: int = 12,
         max_distance: float = 3.0,
         verify: bool = True,
+        abort_margin: float | None = 0.10,
+        short_horizon_iters: float | None = 100,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -243,9 +268,15 @@ class AutoByteTuner(Tuner):
         self.net = network
         self.adapter = Adapter(network, time_budget_s=adapt_time_s)
         self.mover = Mover(min_gain)
-        self.explorer = Explorer(trial_iters, max_distance=max_distance)
+        # a trial that the aborter would end costs only its first check (half a window and the warm-up)
+        self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
+                                 abort_iters=min(7, trial_iters))
         self.verifier = Verifier()
         self.verify = bool(verify)
+        if short_horizon_iters is not None:
+            _check_range("short_horizon_iters", short_horizon_iters, 0, 1e9)
+        self.short_horizon_iters = short_horizon_iters
+        self.aborter = None if abort_margin is None else Aborter(_check_range("abort_margin", abort_margin, 1e-3, 0.9))
         self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background, enabled=adapt)
         self.enabled = bool(enabled)
         self.explore = bool(explore)
@@ -264,6 +295,7 @@ class AutoByteTuner(Tuner):
         self.cpu_s = 0.0
         self.n_decisions = 0
         self.n_trials = 0
+        self.n_aborts = 0
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
@@ -285,42 +317,10 @@ class AutoByteTuner(Tuner):
         if not hasattr(self, "scorer"):
             raise RuntimeError("AutoByteTuner.observe called before start(space, initial).")
         self._window += 1
-        if not (math.isfinite(obs.speed) and obs.speed > 0):
-            warnings.warn(f"autobyte: window at iteration {obs.iteration} has speed {obs.speed!r}; keeping {obs.config}.", stacklevel=3)
+        recorded = self._record(obs)
+        if recorded is None:
             return None
-        try:
-            sc = self.scorer.score(obs.config, obs.speed, obs.features)
-        except (ValueError, FloatingPointError) as exc:
-            warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=3)
-            return None
-        # the last window's prediction of this configuration, checked against what it measured
-        # (after any change of configuration: a trial, a move, the guard, the user; never across
-        # a change of conditions)
-        last, self._last_pred = self._last_pred, (obs.config, sc.predicted)
-        checked = None
-        held, self._held = self._held, None
-        if held is not None and not obs.regime_changed:
-            self.errors.append(self.scorer.checked(*held))  # the surprise was the predictor's, not a change
-        if last is not None and last[0] != obs.config and obs.config in self.space and not obs.regime_changed:
-            checked = float(last[1][self.space.index(obs.config)])
-            if abs(math.log(obs.speed / checked)) > math.log1p(self.verifier.surprise):
-                self._held = (checked, obs.speed)  # judged once the verifier has told a change from an error
-                checked = None  # nor does it start an adaptation before then
-            else:
-                self.errors.append(self.scorer.checked(checked, obs.speed))
-        before = self.ledger.current
-        regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed)
-        if obs.regime_changed:
-            self._log_change(obs, before, regime, sc.job.job)
-        elif self.ledger.recalled is not None:
-            _log.info("autobyte: %s ran %.1f samples/s as in regime %d: these conditions were seen before; reusing "
-                      "%d measurements.", obs.config, obs.speed, regime.ident, len(regime.measured))
-        self._last_job = sc.job.job
-        if self.learner.observe(sc.job, sc.embedding, obs.regime_changed, checked):
-            err = abs(obs.speed / checked - 1) if checked else float("nan")
-            _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * err,
-                      100 * self.learner.trigger.max_error, len(self.learner.rows))
-        self.n_decisions += 1
+        sc, regime = recorded
         if not self.enabled or len(self.space) == 1:
             return None
         measured = regime.speeds(self.ledger.stale_windows)
@@ -353,6 +353,88 @@ class AutoByteTuner(Tuner):
                        "best predicted %s (%.1f), no trial pays", self._window, obs.config, obs.speed, best, measured[best],
                        len(measured), self.space[int(np.argmax(sc.predicted))], float(np.max(sc.predicted)))
         return None
+
+    def _record(self, obs: Observation) -> tuple[Scores, Regime] | None:
+        """A measurement of ``obs.config`` (a window, or a check that ends a trial): scored, checked, filed, learnt from.
+
+        ``None`` (warned) when it cannot be used; nothing is recorded then.
+        """
+        if not (math.isfinite(obs.speed) and obs.speed > 0):
+            warnings.warn(f"autobyte: window at iteration {obs.iteration} has speed {obs.speed!r}; keeping {obs.config}.", stacklevel=4)
+            return None
+        try:
+            sc = self.scorer.score(obs.config, obs.speed, obs.features)
+        except (ValueError, FloatingPointError) as exc:
+            warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=4)
+            return None
+        # the last window's prediction of this configuration, checked against what it measured
+        # (after any change of configuration: a trial, a move, the guard, the user; never across
+        # a change of conditions)
+        last, self._last_pred = self._last_pred, (obs.config, sc.predicted)
+        checked = None
+        held, self._held = self._held, None
+        if held is not None and not obs.regime_changed:
+            self.errors.append(self.scorer.checked(*held))  # the surprise was the predictor's, not a change
+        if last is not None and last[0] != obs.config and obs.config in self.space and not obs.regime_changed:
+            checked = float(last[1][self.space.index(obs.config)])
+            if abs(math.log(obs.speed / checked)) > math.log1p(self.verifier.surprise):
+                self._held = (checked, obs.speed)  # judged once the verifier has told a change from an error
+                checked = None  # nor does it start an adaptation before then
+            else:
+                self.errors.append(self.scorer.checked(checked, obs.speed))
+        before = self.ledger.current
+        regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, obs.window_share)
+        if obs.regime_changed:
+            self._log_change(obs, before, regime, sc.job.job)
+        elif self.ledger.recalled is not None:
+            _log.info("autobyte: %s ran %.1f samples/s as in regime %d: these conditions were seen before; reusing "
+                      "%d measurements.", obs.config, obs.speed, regime.ident, len(regime.measured))
+        self._last_job = sc.job.job
+        if self.learner.observe(sc.job, sc.embedding, obs.regime_changed, checked):
+            err = abs(obs.speed / checked - 1) if checked else float("nan")
+            _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * err,
+                      100 * self.learner.trigger.max_error, len(self.learner.rows))
+        self.n_decisions += 1
+        return sc, regime
+
+    def check(self, obs: Observation) -> Decision | None:
+        """A check of a window in progress: end a trial this tuner started when it already measures badly."""
+        t0 = time.process_time()
+        try:
+            return self._check(obs)
+        finally:
+            self.cpu_s += time.process_time() - t0
+
+    def _check(self, obs: Observation) -> Decision | None:
+        if not hasattr(self, "scorer"):
+            raise RuntimeError("AutoByteTuner.check called before start(space, initial).")
+        trial = self._trial
+        if (trial is None or trial[0] != obs.config or not self.enabled or obs.regime_changed
+                or not (math.isfinite(obs.speed) and obs.speed > 0)):
+            return None  # only a trial this tuner started, and is running, is acted on
+        measured = self.ledger.current.speeds(self.ledger.stale_windows)
+        abort = self.aborter.propose(trial, obs.config, obs.speed, measured) if self.aborter is not None else None
+        if abort is not None:
+            self._window += 1
+            recorded = self._record(obs)
+            if recorded is None:
+                return None
+            _, regime = recorded
+            regime.misses += 1  # a trial that found nothing faster
+            self._trial = None
+            self.n_aborts += 1
+            return self._decide(obs, abort[0], abort[1], measured[abort[0]])
+        if self.short_horizon_iters is not None:
+            horizon = self.ledger.horizon(obs.iteration)
+            if horizon < self.short_horizon_iters:
+                # conditions expected to last little: the check is the trial's window, judged as one
+                d = self._observe(obs)
+                if self._trial is trial:
+                    return None  # the check could not be used (warned): the window goes on
+                return d if d is not None else Decision(
+                    obs.config, f"short: {obs.config} judged on one check ({obs.speed:.1f} samples/s), "
+                                f"{horizon:.0f} iterations expected left in these conditions", obs.speed)
+        return None  # the trial goes on; nothing recorded (the whole window will be)
 
     def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float) -> Decision:
         self._left = obs.config
@@ -399,6 +481,7 @@ class AutoByteTuner(Tuner):
             "errors": list(self.errors),
             "n_decisions": self.n_decisions,
             "n_trials": self.n_trials,
+            "n_aborts": self.n_aborts,
             "head": [[_arr(k), _arr(b)] for k, b in self.net._np_head.d],
         }
 
@@ -442,3 +525,4 @@ class AutoByteTuner(Tuner):
             self.errors = [float(e) for e in state["errors"]]
         self.n_decisions = int(state.get("n_decisions", self.n_decisions))
         self.n_trials = int(state.get("n_trials", self.n_trials))
+        self.n_aborts = int(state.get("n_aborts", self.n_aborts))

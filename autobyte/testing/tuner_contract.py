@@ -1,8 +1,9 @@
 """The contract every :class:`~autobyte.core.tuning.Tuner` passes.
 
 A tuner is driven exactly as the window protocol drives it on rank 0:
-``start(space, initial)`` once, then ``observe(Observation)`` at the end of
-every window. The observations here come from the real simulator
+``start(space, initial)`` once, then, for every window, ``check(Observation)``
+on its first half (a decision there ends the window) and ``observe(Observation)``
+at its end. The observations here come from the real simulator
 (:mod:`autobyte.sim`: ResNet50 on 8 parameter-server workers, the bandwidth
 stepping through 10, 0.5, 40 and 1 Gbit/s every 8 windows, so that the best
 configuration changes and searching tuners move), and are deterministic.
@@ -40,8 +41,9 @@ N_WINDOWS = 48
 #: Link bandwidth of the simulated cluster, one value per 8 windows, cycled.
 RATES_GBPS = (10.0, 0.5, 40.0, 1.0)
 #: Windows after which the state goes through JSON into a fresh tuner
-#: (BO's random and GP phases, inside a grid search, across regime changes and adaptations).
-CHECKPOINTS = (2, 5, 12, 21, 30, 36)
+#: (BO's random and GP phases, inside a grid search, across regime changes and adaptations, with an
+#: AutoByte trial in flight that its next check ends: 2, 6).
+CHECKPOINTS = (2, 5, 6, 12, 21, 30, 36)
 
 _cache: dict[tuple[Config, int], Observation] = {}
 
@@ -57,6 +59,22 @@ def window(config: Config, w: int) -> Observation:
         f = res.features()
         _cache[key] = Observation(w * 10, config, float(f.speed.sum()), f)
     return _cache[key]
+
+
+_half_cache: dict[tuple[Config, int], Observation] = {}
+
+
+def half(config: Config, w: int) -> Observation:
+    """The first half of window ``w`` under ``config`` (what ``Tuner.check`` sees): simulated, deterministic, cached."""
+    key = (config, w)
+    if key not in _half_cache:
+        from .. import sim
+
+        gbps = RATES_GBPS[(w // 8) % len(RATES_GBPS)]
+        res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(8, gbps, "ps"), config, n_iters=1, seed=w)
+        f = res.features()
+        _half_cache[key] = Observation(max(0, w * 10 - 5), config, float(f.speed.sum()), f, window_share=0.5)
+    return _half_cache[key]
 
 
 def default_factory(name: str) -> TunerFactory:
@@ -97,24 +115,29 @@ Step = tuple[Config, Any]
 
 
 def drive(tuner: Tuner, windows: Sequence[int], current: Config, *, inside_space: bool = True) -> tuple[list[Step], Config]:
-    """Observe ``windows`` in turn, following every decision; the steps and the config reached.
+    """Check, then observe, ``windows`` in turn, following every decision; the steps and the config reached.
 
-    With ``inside_space`` every decision must be a candidate of :data:`SPACE`;
-    without, any valid :class:`Config` (a tuner with search ranges of its own,
-    such as ByteScheduler's BO).
+    Each window's first half is offered to ``check`` (:func:`half`); a
+    decision there ends the window (its step), else the whole window goes to
+    ``observe``. With ``inside_space`` every decision must be a candidate of
+    :data:`SPACE`; without, any valid :class:`Config` (a tuner with search
+    ranges of its own, such as ByteScheduler's BO).
     """
     steps: list[Step] = []
     for w in windows:
-        d = tuner.observe(window(current, w))
-        _check_decision(d, tuner, w, inside_space)
+        d = tuner.check(half(current, w))
+        _check_decision(d, tuner, w, inside_space, "check")
+        if d is None:
+            d = tuner.observe(window(current, w))
+            _check_decision(d, tuner, w, inside_space)
         steps.append((current, None if d is None else (d.config, d.reason, d.predicted_speed)))
         if d is not None:
             current = d.config
     return steps, current
 
 
-def _check_decision(d: object, tuner: Tuner, w: int, inside_space: bool) -> None:
-    who = f"{type(tuner).__name__}.observe at window {w}"
+def _check_decision(d: object, tuner: Tuner, w: int, inside_space: bool, method: str = "observe") -> None:
+    who = f"{type(tuner).__name__}.{method} at window {w}"
     _expect(d is None or isinstance(d, Decision), f"{who} returned {d!r}; it must return None or a Decision")
     if isinstance(d, Decision):
         _expect(isinstance(d.config, Config), f"{who}: Decision.config must be a Config, got {d.config!r}")
@@ -219,5 +242,5 @@ def check_tuner(factory: TunerFactory, *, min_decisions: int = 0, inside_space: 
 __all__ = [
     "CHECKPOINTS", "N_WINDOWS", "RATES_GBPS", "SPACE", "START", "TunerFactory", "check_bad_observations",
     "check_decisions", "check_deterministic", "check_start", "check_state_round_trip", "check_tuner",
-    "default_factory", "drive", "searches_the_space", "window",
+    "default_factory", "drive", "half", "searches_the_space", "window",
 ]

@@ -136,3 +136,86 @@ def test_window_stats_merge():
         WindowStats.merge([])
     with pytest.raises(ValueError, match=r"same number of tensors, but got \[1, 2\]"):
         WindowStats.merge([a, WindowStats(5, 0.1, 100.0, 0.02, (0.01,), 1000, 4, 0.2, 5000.0)])
+
+
+class Abort(Tuner):
+    """Ends a window at a check slower than ``limit``; records what it was offered."""
+
+    name = "abort"
+
+    def __init__(self, limit: float = 100.0) -> None:
+        self.limit = limit
+        self.checks: list[Observation] = []
+        self.windows: list[Observation] = []
+
+    def check(self, obs: Observation) -> Decision | None:
+        self.checks.append(obs)
+        if obs.speed < self.limit:
+            return Decision([c for c in self.space if c != obs.config][0], "abort: slow", predicted_speed=150.0)
+        return None
+
+    def observe(self, obs: Observation) -> Decision | None:
+        self.windows.append(obs)
+        return None
+
+
+def test_each_check_of_a_window_in_progress_is_offered_to_the_tuner():
+    t = Abort()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, harm_budget=None)
+    assert c.decide(4, [_w(110, 5)]) is None  # fast enough: the window goes on
+    assert len(t.checks) == 1 and t.checks[0].window_share == 0.5 and t.checks[0].speed == pytest.approx(110)
+    assert not c.history and c.n_windows == 0
+    c.decide(9, [_w(120, 5)])  # the window completes: observe, not check
+    assert len(t.checks) == 1 and len(t.windows) == 1 and t.windows[0].window_share == 1.0
+    assert t.windows[0].speed == pytest.approx(115)  # both halves, the one offered to check included
+
+
+def test_a_decision_at_a_check_ends_the_window_there():
+    t = Abort()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, harm_budget=None)
+    d = c.decide(4, [_w(90, 5)])
+    assert d is not None and d.config == SPACE[1] and d.reason == "abort: slow"
+    assert c.n_windows == 1 and c._pending == []
+    entry = c.history[-1]
+    assert entry["check"] is True and entry["iterations"] == 5 and entry["speed"] == pytest.approx(90)
+    assert entry["new_config"] == SPACE[1].to_dict() and entry["reason"] == "abort: slow"
+    c.applied(5, d.config)
+    c.decide(11, [_w(200, 5)])
+    c.decide(16, [_w(200, 5)])
+    assert [w.iteration for w in t.windows] == [16]  # a fresh window under the new configuration
+
+
+def test_tuners_without_check_see_whole_windows_only():
+    seen: list[Observation] = []
+
+    class Record(Flip):
+        def observe(self, obs: Observation) -> Decision | None:
+            seen.append(obs)
+            return super().observe(obs)
+
+    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, harm_budget=None)
+    assert c.decide(4, [_w(50, 5)]) is None  # slow, but Tuner.check's default waits for the window
+    assert not seen and not c.history
+    d = c.decide(9, [_w(50, 5)])
+    assert d is not None and len(seen) == 1 and "check" not in c.history[-1]
+
+
+def test_a_check_that_raises_warns_and_the_window_goes_on():
+    class Crashes(Abort):
+        name = "crashes"
+
+        def check(self, obs: Observation) -> Decision | None:
+            raise IndexError("list index out of range")
+
+    t = Crashes()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, harm_budget=None)
+    with pytest.warns(UserWarning, match=r"tuner 'crashes' failed at iteration 4 \(check of a window in progress\) \(IndexError"):
+        assert c.decide(4, [_w(90, 5)]) is None
+    c.decide(9, [_w(90, 5)])
+    assert len(t.windows) == 1
+
+
+def test_one_process_offers_no_check():
+    t = Abort()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, world_size=1)
+    assert c.decide(4, [_w(10, 5)]) is None and not t.checks

@@ -163,3 +163,14 @@ def test_a_tuner_that_raises_keeps_the_configuration_and_training_goes_on():
     with pytest.warns(UserWarning, match=r"tuner 'crashes' failed at iteration \d+ \(IndexError: list index out of range\); keeping"):
         out, ctl = _run(_Crashes(), SPACE[0], iters=40)
     assert ctl.current == SPACE[0] and len(out) == 8
+
+
+def test_guard_carries_its_reference_across_a_change_seen_after_a_trial():
+    # B runs, a trial of another configuration, back to B: the detector compares B with B's last speed, and so does the guard
+    c = Config(16 * MiB, 16 * MiB)
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(5, A, 100.0, 5, False)
+    g.record(10, B, 110.0, 5, False)
+    g.record(15, c, 90.0, 5, False)  # the trial, ended at its first check
+    g.record(20, B, 55.0, 5, True)  # back at B: half its speed, conditions changed
+    assert g.reference == pytest.approx(50.0) and g.trip(20, B) is None

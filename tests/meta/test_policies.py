@@ -12,7 +12,7 @@ from autobyte import sim
 from autobyte.core.space import Config, KiB, MiB, SearchSpace
 from autobyte.core.tuning import Observation
 from autobyte.meta import AutoByteTuner
-from autobyte.meta._policies import Explorer, Ledger, Mover, Verifier
+from autobyte.meta._policies import Aborter, Explorer, Ledger, Mover, Verifier
 
 A, B, C, D = Config(MiB, MiB), Config(4 * MiB, 4 * MiB), Config(16 * MiB, 16 * MiB), Config(256 * KiB, 256 * KiB)
 SPACE = SearchSpace([A, B, C, D])
@@ -125,6 +125,46 @@ def _explore(predicted, measured, current=A, speed=100.0, sigma=0.05, horizon=20
                                   horizon, allowance, misses)
 
 
+def test_ledger_weighs_a_half_window_by_its_share():
+    led = Ledger(memory=3)
+    led.observe(10, A, 100.0, False, weight=0.5)  # a trial ended at its first check
+    assert led.current.measured[A][:2] == [100.0, 0.5]
+    led.observe(20, A, 130.0, False)  # a full window counts twice as much
+    assert led.current.measured[A][0] == pytest.approx((100.0 * 0.5 + 130.0) / 1.5)
+    assert led.current.measured[A][1] == pytest.approx(1.5)
+
+
+# ---------------------------------------------------------------- aborting
+def test_aborter_ends_a_trial_clearly_slower_than_the_best_measured():
+    ab = Aborter(margin=0.10)
+    trial = (C, 120.0, A)  # C tried, predicted 120, left A
+    measured = {A: 100.0, B: 104.0, C: 0.0}
+    got = ab.propose(trial, C, 92.0, measured)  # 11.5% below B, the fastest measured
+    assert got is not None and got[0] == B
+    assert got[1].startswith("abort:") and "92.0 samples/s" in got[1] and "104.0" in got[1] and "predicted 120.0" in got[1]
+    assert ab.propose(trial, C, 94.0, measured) is None  # within the margin: the trial may still come out ahead
+
+
+def test_aborter_acts_only_on_the_trial_in_force():
+    ab = Aborter()
+    measured = {A: 100.0}
+    assert ab.propose(None, C, 10.0, measured) is None  # no trial
+    assert ab.propose((C, 120.0, A), B, 10.0, measured) is None  # the trial is not what runs
+    assert ab.propose((C, 120.0, A), C, 10.0, {C: 10.0}) is None  # nothing else measured to go back to
+
+
+def test_aborter_goes_back_to_the_config_left_on_a_tie():
+    ab = Aborter()
+    assert ab.propose((C, 120.0, B), C, 50.0, {A: 100.0, B: 100.0})[0] == B
+    assert ab.propose((C, 120.0, A), C, 50.0, {A: 100.0, B: 100.0})[0] == A
+
+
+@pytest.mark.parametrize("margin", [0, 0.95, -0.1, float("nan"), True, "0.1"])
+def test_aborter_rejects_a_bad_margin(margin):
+    with pytest.raises(ValueError, match=r"margin must be a number in \[0.001, 0.9\], but got margin="):
+        Aborter(margin)
+
+
 def test_explorer_tries_the_candidate_worth_most():
     cfg, why = _explore([100.0, 120.0, 104.0, 90.0], {A: 100.0})
     assert cfg == B and why.startswith("explore")
@@ -143,13 +183,25 @@ def test_explorer_keeps_a_trial_inside_the_guards_allowance():
     assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=10.0)[0] == B
 
 
+def test_explorer_counts_a_trial_the_aborter_would_end_at_its_first_check():
+    # B: as fast as the best on average, but uncertain (30%): its downside costs a whole trial without
+    # aborts, only its first check (7 iterations, not 12) with them
+    assert _explore([100.0, 100.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, horizon=10.0) is None
+    cfg, why = _explore([100.0, 100.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, horizon=10.0, abort_margin=0.1)
+    assert cfg == B and "expected cost 0.87" in why
+    # and one sigma below its prediction it would be ended, so the guard's allowance covers 7 iterations of it
+    assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=2.5) is None
+    assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=2.5, abort_margin=0.1)[0] == B
+
+
 def test_explorer_reaches_only_near_measured_configs():
     # D (256 KiB) is 2 powers of two from A; with max_distance=1 it is out of reach
     assert _explore([100.0, 90.0, 90.0, 150.0], {A: 100.0}, max_distance=1.0) is None
     assert _explore([100.0, 90.0, 90.0, 150.0], {A: 100.0}, max_distance=2.0)[0] == D
 
 
-@pytest.mark.parametrize("kw", [{"trial_iters": 0}, {"widen": -1}, {"max_distance": float("nan")}, {"max_misses": 0}])
+@pytest.mark.parametrize("kw", [{"trial_iters": 0}, {"widen": -1}, {"max_distance": float("nan")}, {"max_misses": 0},
+                                {"abort_margin": 0.0}, {"abort_iters": 13}])
 def test_explorer_rejects_bad_arguments(kw):
     with pytest.raises(ValueError, match=rf"{next(iter(kw))} must be a number in"):
         Explorer(**kw)
@@ -239,3 +291,67 @@ def test_state_round_trip_continues_as_if_not_stopped(fresh_net):
             cur = d.config
         w += 1
     assert first + rest == full
+
+
+def test_a_trial_far_slower_than_the_best_is_ended_at_its_first_check(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur = t.start(GRID, GRID[4])
+    win = _window(cur, FAST, 0)
+    assert t.check(Observation(5, cur, win.speed * 0.5, win.features, window_share=0.5)) is None  # no trial: nothing to end
+    t.observe(win)
+    best = t.ledger.current.measured[cur][0]
+    t._trial, t._left = (GRID[0], best * 1.2, cur), cur  # pretend it just tried GRID[0]
+    state = json.loads(json.dumps(t.state_dict()))
+    half = _window(GRID[0], FAST, 1)
+    windows = t.ledger.current.windows
+    # within the margin: the trial goes on, and nothing is recorded (the whole window will be)
+    assert t.check(Observation(15, GRID[0], best * 0.95, half.features, window_share=0.5)) is None
+    assert t._trial is not None and t.ledger.current.windows == windows and GRID[0] not in t.ledger.current.measured
+    d = t.check(Observation(15, GRID[0], best * 0.8, half.features, window_share=0.5))
+    assert d is not None and d.config == cur and d.reason.startswith("abort:") and d.predicted_speed == pytest.approx(best)
+    assert t._trial is None and t.n_aborts == 1 and t.ledger.current.misses == 1
+    assert t.ledger.current.measured[GRID[0]][:2] == [pytest.approx(best * 0.8), 0.5]  # half a window, recorded
+    # the check's prediction of the configuration gone back to is checked by the next window, as after any move
+    assert t._last_pred is not None and t._last_pred[0] == GRID[0]
+    # the same check, after a restore, ends the trial the same way
+    fresh_net.reset_head()
+    r = AutoByteTuner(fresh_net, background=False)
+    r.start(GRID, GRID[4])
+    r.load_state_dict(state)
+    again = r.check(Observation(15, GRID[0], best * 0.8, half.features, window_share=0.5))
+    assert again == d and r.state_dict()["n_aborts"] == 1
+
+
+def test_abort_can_be_switched_off_and_its_margin_is_validated(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, abort_margin=None)
+    cur = t.start(GRID, GRID[4])
+    win = _window(cur, FAST, 0)
+    t.observe(win)
+    t._trial = (GRID[0], 1e9, cur)
+    assert t.check(Observation(15, GRID[0], 1.0, win.features, window_share=0.5)) is None
+    with pytest.raises(ValueError, match=r"abort_margin must be a number in \[0.001, 0.9\], but got abort_margin=1.5"):
+        AutoByteTuner(fresh_net, abort_margin=1.5)
+
+
+def test_a_trial_holding_up_in_short_conditions_is_judged_on_its_first_check(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur = t.start(GRID, GRID[4])
+    win = _window(cur, FAST, 0)
+    t.observe(win)
+    t.ledger.current.durations.append(30)  # these conditions lasted 30 iterations last time: 30 + 20 left
+    assert t.ledger.horizon(15) < 100
+    best = t.ledger.current.measured[cur][0]
+    t._trial, t._left = (GRID[0], best, cur), cur
+    half = _window(GRID[0], FAST, 1)
+    d = t.check(Observation(15, GRID[0], best * 0.97, half.features, window_share=0.5))  # within the abort margin
+    assert d is not None and t._trial is None and t.n_aborts == 0
+    assert d.reason.startswith(("short:", "rollback:")), d.reason
+    assert t.ledger.current.measured[GRID[0]][:2] == [pytest.approx(best * 0.97), 0.5]
+    off = AutoByteTuner(fresh_net, background=False, short_horizon_iters=None)
+    off.start(GRID, GRID[4])
+    off.observe(win)
+    off.ledger.current.durations.append(30)
+    off._trial, off._left = (GRID[0], best, cur), cur
+    assert off.check(Observation(15, GRID[0], best * 0.97, half.features, window_share=0.5)) is None
+    with pytest.raises(ValueError, match=r"short_horizon_iters must be a number in \[0, 1e\+09\], but got short_horizon_iters=-1"):
+        AutoByteTuner(fresh_net, short_horizon_iters=-1)

@@ -87,3 +87,29 @@ def test_ends_no_slower_than_it_started(name, tuner_factory):
     final = np.mean([window(configs[-1], 100 + k).speed for k in range(2)])
     initial = np.mean([window(start, 100 + k).speed for k in range(2)])
     assert final >= 0.97 * initial
+
+
+def test_autobyte_ends_a_losing_trial_at_its_first_check_through_the_controller(fresh_net):
+    from autobyte.core.tuning import Controller
+
+    def drive(t: Tuner) -> Controller:
+        model = sim.get_model(MODEL)
+        start = Config(4 * MiB, 8 * MiB)
+        ctl = Controller(t, SPACE, start, "ps", model.layer_bytes, window_iters=10, warmup_iters=0, check_iters=5)
+        cur = ctl.current
+        for c in range(60):  # the link drops from 5 to 1 Gbit/s halfway
+            res = sim.simulate(model, sim.Cluster.from_gbps(4, 5.0 if c < 30 else 1.0, "ps"), cur, n_iters=5, seed=c)
+            d = ctl.decide(5 * c + 4, res.window_stats())
+            if d is not None:
+                ctl.applied(5 * c + 5, d.config)
+                cur = d.config
+        return ctl
+
+    ctl = drive(make_tuner("autobyte", network=fresh_net, background=False))
+    aborts = [e for e in ctl.history if str(e.get("reason", "")).startswith("abort:")]
+    assert aborts, ctl.history
+    for e in aborts:  # a check of its own, five iterations of the trial, back to a measured configuration
+        assert e["check"] is True and e["iterations"] == 5 and e["new_config"] != e["config"]
+    fresh_net.reset_head()
+    off = drive(make_tuner("autobyte", network=fresh_net, background=False, abort_margin=None))
+    assert not any(e.get("check") for e in off.history)
