@@ -22,11 +22,8 @@ Every wait for a peer ends within ``timeout_s`` with :class:`PeerLostError`.
 from __future__ import annotations
 
 import functools
-import queue
-import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -37,60 +34,8 @@ from ..core.space import Config
 from ..core._checks import check_positive
 from ._common import PeerLostError
 from ._mxnet_imports import import_mxnet
+from ._mxnet_layout import _Layout, _peer_lost, _Timing, _Waiter
 from ._mxnet_overlap import _Overlap, _Round
-
-
-class _Waiter:
-    """One thread that waits on MXNet arrays for an engine, so that the engine's own wait can end at a timeout.
-
-    MXNet's ``wait_to_read`` has no timeout; a dist_sync push never completes
-    when another worker is gone.
-    """
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Sequence[Any], threading.Event, list[BaseException]]] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="autobyte-mxnet-wait", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            arrays, done, error = self._jobs.get()
-            try:
-                for a in arrays:
-                    a.wait_to_read()
-            except BaseException as exc:  # an MXNet error belongs to the caller
-                error.append(exc)
-            done.set()
-
-    def wait(self, arrays: Sequence[Any], timeout_s: float) -> bool:
-        """Whether every array was ready within ``timeout_s`` (re-raises MXNet's error)."""
-        done, error = threading.Event(), []  # type: tuple[threading.Event, list[BaseException]]
-        self._jobs.put((arrays, done, error))
-        if not done.wait(timeout_s):
-            return False
-        if error:
-            raise error[0]
-        return True
-
-
-def _peer_lost(timeout_s: float, hint: str, what: str) -> PeerLostError:
-    return PeerLostError(
-        f"no answer from the other workers for {what} within timeout_s={timeout_s:g} s: "
-        f"{hint} The job cannot go on: stop every process and restart from a checkpoint."
-    )
-
-
-@dataclass
-class _Layout:
-    """The engine side of one message plan: keys or names, fused buffers, readiness."""
-
-    partition_bytes: int
-    messages: list[Message]
-    keys: list[int]
-    fused: dict[int, list[Any]]  # message index -> one buffer per context
-    completes: list[list[int]]  # tensor index -> messages that become ready with it
-    mx_priority: list[int]
-    names: list[str]  # collective names (all-reduce engines)
-    order_key: int | None = None  # the KVStore key carrying rank 0's issue order (overlapped parameter server)
 
 
 class _GluonEngine:
@@ -137,8 +82,7 @@ class _GluonEngine:
         self.on_iteration_end: Callable[[int], None] | None = None
         self._ov: _Overlap | None = None
         self._round: _Round | None = None
-        #: measured ``(seconds from the first gradient to each tensor's, payload bytes per second)`` (overlap)
-        self._timing: tuple[np.ndarray, float] | None = None
+        self._timing = _Timing()  # rank 0's measured timing of overlapped rounds
         self._next_order: tuple[_Layout, Any] | None = None  # the next round's order, on its way from rank 0
 
     # ----------------------------------------------------------- to provide
@@ -369,7 +313,7 @@ class _GluonEngine:
         # An iteration lasts until the next one starts (the next forward waited for this one's updates).
         stats.end_iteration(t_end if t_end is not None else (r.t_finished or time.perf_counter()), r.batch_size)
         self.last_messages = [(key, nbytes, t1 - t0) for key, nbytes, t0, t1 in r.records]
-        self._learn_timing(r)
+        self._timing.learn(r.ready, r.records, len(self.tensors))
         self._iteration_end(r.iteration)
 
     def _overlap_order(self, layout: _Layout) -> list[int]:
@@ -392,13 +336,9 @@ class _GluonEngine:
         return self._issue_order(layout)
 
     def _estimated_order(self, layout: _Layout) -> list[int]:
-        """Rank 0: the live credit policy run on the measured timing (:func:`plan_order`); the plan's order before any."""
-        if self.rank != 0 or self._timing is None:
-            return self._issue_order(layout)
-        ready_s, bandwidth = self._timing
-        return plan_order(layout.messages, self.config.credit_bytes,
-                          ready_time_s=lambda m: max(float(ready_s[t]) for t in m.tensors),
-                          transfer_time_s=lambda m: m.nbytes / bandwidth)
+        """Rank 0: the live credit policy run on the measured timing; the plan's order before any (other ranks too)."""
+        order = self._timing.order(layout.messages, self.config.credit_bytes) if self.rank == 0 else None
+        return self._issue_order(layout) if order is None else order
 
     def _send_order(self, layout: _Layout, order: list[int]) -> Any:
         """Start sending rank 0's ``order`` to every worker (the transport's); a handle for :meth:`_receive_order`."""
@@ -407,27 +347,6 @@ class _GluonEngine:
     def _receive_order(self, layout: _Layout, handle: Any) -> list[int]:
         """Rank 0's order sent by :meth:`_send_order` (waits for it)."""
         return list(handle)
-
-    def _learn_timing(self, r: _Round) -> None:
-        """Fold a finished round's gradient-ready times and achieved bandwidth into the estimates (half weight each)."""
-        n = len(self.tensors)
-        if len(r.ready) != n or not r.records:
-            return
-        first = min(r.ready.values())
-        ready_s = np.array([r.ready[t] - first for t in range(n)])
-        busy, end = 0.0, -np.inf
-        for _k, _n, t0, t1 in sorted(r.records, key=lambda x: x[2]):
-            if t1 > end:
-                busy += t1 - max(t0, end)
-                end = t1
-        if busy <= 0:
-            return
-        bandwidth = sum(x[1] for x in r.records) / busy
-        if self._timing is None:
-            self._timing = (ready_s, bandwidth)
-        else:
-            old_s, old_bw = self._timing
-            self._timing = (0.5 * (old_s + ready_s), 0.5 * (old_bw + bandwidth))
 
     def _iteration_end(self, iteration: int) -> None:
         if self.on_iteration_end is not None:
@@ -445,17 +364,7 @@ class _GluonEngine:
 
         def issue(indices: Sequence[int]) -> None:
             for i in indices:
-                m = layout.messages[i]
-                if i in layout.fused:
-                    bufs = layout.fused[i]
-                    off = 0
-                    for s in m.segments:
-                        for buf, src in zip(bufs, flat[s.tensor]):
-                            buf[off:off + s.numel] = src[s.start:s.stop]
-                        off += s.numel
-                else:
-                    s = m.segments[0]
-                    bufs = [g[s.start:s.stop] for g in flat[s.tensor]]
+                bufs = layout.gather(i, flat)
                 self._issue(layout, i, bufs)
                 in_flight.append((i, bufs, time.perf_counter()))
 
@@ -477,12 +386,7 @@ class _GluonEngine:
             issue(queue.release())
         if not queue.finished:
             raise RuntimeError(f"only {queue.n_done} of {len(layout.messages)} messages were sent; this is a bug in autobyte.")
-        for i, bufs in layout.fused.items():
-            off = 0
-            for s in layout.messages[i].segments:
-                for buf, dst in zip(bufs, flat[s.tensor]):
-                    dst[s.start:s.stop] = buf[off:off + s.numel]
-                off += s.numel
+        layout.scatter(flat)
 
     def _wait(self, arrays: Sequence[Any], what: str) -> None:
         """Wait for arrays that other workers complete; :class:`PeerLostError` after ``timeout_s``."""

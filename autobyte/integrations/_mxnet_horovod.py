@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ._mxnet_gluon import _GluonEngine, _Layout
+from ._mxnet_gluon import _GluonEngine
+from ._mxnet_layout import _Layout
 
 HOROVOD_HINT = (
     "install it with MXNet support: HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 "

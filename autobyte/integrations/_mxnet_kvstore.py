@@ -19,7 +19,8 @@ import numpy as np
 
 from ..core._checks import check_bool
 from ..core.window import WIRE_LEN
-from ._mxnet_gluon import _GluonEngine, _Layout
+from ._mxnet_gluon import _GluonEngine
+from ._mxnet_layout import _Layout
 from ._mxnet_overlap import measure_ready_times
 
 #: Reserved KVStore keys; MXNet hashes a key as ``key * 9973`` in 32-bit

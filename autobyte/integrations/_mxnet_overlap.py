@@ -351,11 +351,7 @@ class _Overlap:
         for m in layout.messages:
             i = m.index
             if i in layout.fused:
-                off = 0
-                for s in m.segments:
-                    for buf, src in zip(layout.fused[i], b.flat[s.tensor]):
-                        buf[off:off + s.numel] = src[s.start:s.stop]
-                    off += s.numel
+                layout.gather(i, b.flat)  # queued copies into the fused buffer
             prio = layout.mx_priority[i]
             push(functools.partial(r.on_gate, i), const=b.sources[i], mutable=b.avatars[i], priority=prio,
                  name=b"autobyte_gate")
@@ -364,11 +360,7 @@ class _Overlap:
         for k, land in enumerate(b.lands):
             push(functools.partial(r.on_land, k), mutable=land.arrays, name=b"autobyte_land")
             if land.fused is not None:
-                off = 0
-                for s in layout.messages[land.fused].segments:
-                    for buf, dst in zip(land.arrays, b.flat[s.tensor]):
-                        dst[s.start:s.stop] = buf[off:off + s.numel]
-                    off += s.numel
+                layout.scatter(b.flat, [land.fused])  # land.arrays are the fused buffers
         with w.cv:
             w.round = r
             w.cv.notify_all()
