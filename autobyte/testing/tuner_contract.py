@@ -45,36 +45,31 @@ RATES_GBPS = (10.0, 0.5, 40.0, 1.0)
 #: AutoByte trial in flight that its next check ends: 2, 6).
 CHECKPOINTS = (2, 5, 6, 12, 21, 30, 36)
 
-_cache: dict[tuple[Config, int], Observation] = {}
+_cache: dict[tuple[Config, int, int], Observation] = {}
 
 
-def window(config: Config, w: int) -> Observation:
-    """Window ``w`` run under ``config``: simulated, deterministic, cached."""
-    key = (config, w)
+def _simulated(config: Config, w: int, n_iters: int) -> Observation:
+    """``n_iters`` simulated iterations of window ``w`` under ``config`` (2: a whole window, 1: its first half)."""
+    key = (config, w, n_iters)
     if key not in _cache:
         from .. import sim
 
         gbps = RATES_GBPS[(w // 8) % len(RATES_GBPS)]
-        res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(8, gbps, "ps"), config, n_iters=2, seed=w)
+        res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(8, gbps, "ps"), config, n_iters=n_iters, seed=w)
         f = res.features()
-        _cache[key] = Observation(w * 10, config, float(f.speed.sum()), f)
+        share = n_iters / 2
+        _cache[key] = Observation(max(0, w * 10 - (5 if share < 1 else 0)), config, float(f.speed.sum()), f, window_share=share)
     return _cache[key]
 
 
-_half_cache: dict[tuple[Config, int], Observation] = {}
+def window(config: Config, w: int) -> Observation:
+    """Window ``w`` run under ``config``: simulated, deterministic, cached."""
+    return _simulated(config, w, 2)
 
 
 def half(config: Config, w: int) -> Observation:
     """The first half of window ``w`` under ``config`` (what ``Tuner.check`` sees): simulated, deterministic, cached."""
-    key = (config, w)
-    if key not in _half_cache:
-        from .. import sim
-
-        gbps = RATES_GBPS[(w // 8) % len(RATES_GBPS)]
-        res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(8, gbps, "ps"), config, n_iters=1, seed=w)
-        f = res.features()
-        _half_cache[key] = Observation(max(0, w * 10 - 5), config, float(f.speed.sum()), f, window_share=0.5)
-    return _half_cache[key]
+    return _simulated(config, w, 1)
 
 
 def default_factory(name: str) -> TunerFactory:
