@@ -147,7 +147,6 @@ class KVStoreEngine(_GluonEngine):
         layout.keys = list(range(self._next_key, self._next_key + n))
         layout.order_key = self._next_key + n  # rank 0's issue order for this plan (overlap)
         self._next_key += n + 1
-        self._control_shapes[layout.order_key] = (n,)
         mx = self._mx
         # A new plan's keys are initialised on the servers by every worker at the same
         # iteration (KVStore init ends with a barrier): no gradient can miss its key.
@@ -169,29 +168,19 @@ class KVStoreEngine(_GluonEngine):
 
     def _agree_order(self, order: list[int]) -> list[int]:
         """Rank 0's parameter order on every worker (the plans, hence the keys, must be the same everywhere)."""
-        vec = np.asarray(order, dtype=np.float64)
-        got = self._sum_on_servers(self._order_key, vec if self.rank == 0 else np.zeros_like(vec))
-        agreed = [int(x) for x in got]
-        if sorted(agreed) != list(range(len(order))):
-            raise RuntimeError(f"the parameter order received from rank 0 is not a permutation of the {len(order)} "
-                               "parameters; this is a bug in autobyte.")
-        return agreed
+        got = self._sum_on_servers(self._order_key, self._from_rank0(np.asarray(order, dtype=np.float64)))
+        return _permutation(got, len(order), "parameter order")
 
     def _send_order(self, layout: _Layout, order: list[int]) -> Any:
         """Push and pull the plan's order key without waiting: rank 0 sends ``order``, the others zeros, the servers sum."""
         assert layout.order_key is not None
-        vec = np.asarray(order, dtype=np.float64)
-        nd = self._mx.nd.array(vec if self.rank == 0 else np.zeros_like(vec), dtype="float64")
+        nd = self._mx.nd.array(self._from_rank0(np.asarray(order, dtype=np.float64)), dtype="float64")
         self._kv.pushpull(layout.order_key, nd, out=nd, priority=1)  # (messages have priorities <= 0)
         return nd
 
     def _receive_order(self, layout: _Layout, handle: Any) -> list[int]:
         self._wait([handle], "rank 0's issue order")
-        agreed = [int(x) for x in handle.asnumpy()]
-        if sorted(agreed) != list(range(len(layout.messages))):
-            raise RuntimeError(f"the issue order received from rank 0 is not a permutation of the {len(layout.messages)} "
-                               "messages; this is a bug in autobyte.")
-        return agreed
+        return _permutation(handle.asnumpy(), len(layout.messages), "issue order")
 
     def all_gather(self, vector: np.ndarray) -> list[np.ndarray]:
         """Every worker's ``vector``, in rank order: each worker fills its row, the servers sum the rows."""
@@ -207,11 +196,15 @@ class KVStoreEngine(_GluonEngine):
         vec = np.asarray(vector, dtype=np.float64).reshape(-1)
         if self._kv is None:
             return vec
-        return self._sum_on_servers(_KEY_DECISION, vec if self.rank == 0 else np.zeros_like(vec))
+        return self._sum_on_servers(_KEY_DECISION, self._from_rank0(vec))
 
     def _peers_hint(self) -> str:
         return ("another worker (or a parameter server) stopped, crashed or is stuck: a dist_sync key completes "
                 "only when every worker pushed it (every worker must run the same number of batches).")
+
+    def _from_rank0(self, values: np.ndarray) -> np.ndarray:
+        """``values`` on rank 0, zeros elsewhere: the servers' sum is rank 0's values on every worker."""
+        return values if self.rank == 0 else np.zeros_like(values)
 
     def _sum_on_servers(self, key: int, values: np.ndarray) -> np.ndarray:
         shape = self._control_shapes[key]
@@ -219,8 +212,16 @@ class KVStoreEngine(_GluonEngine):
             raise ValueError(f"control key {key} carries float64 arrays of shape {shape}, but got shape {values.shape}.")
         nd = self._mx.nd.array(values, dtype="float64")
         self._kv.pushpull(key, nd, out=nd)
-        self._wait([nd], self._control_names.get(key, "rank 0's issue order"))
+        self._wait([nd], self._control_names[key])
         return np.asarray(nd.asnumpy(), dtype=np.float64)
+
+
+def _permutation(values: np.ndarray, n: int, what: str) -> list[int]:
+    """Rank 0's ``what`` as received: a permutation of ``range(n)``, or a RuntimeError (a bug, never user input)."""
+    agreed = [int(x) for x in values]
+    if sorted(agreed) != list(range(n)):
+        raise RuntimeError(f"the {what} received from rank 0 is not a permutation of {n} indices; this is a bug in autobyte.")
+    return agreed
 
 
 def schedule(trainer: Any, *, partition_bytes: int, credit_bytes: int, kvstore: Any = None,
