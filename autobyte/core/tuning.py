@@ -155,7 +155,10 @@ class Controller:
     iterations the tuned run stays within ``harm_budget`` of the speed it
     would have had at ``initial``; past that, the controller sends it back to
     ``initial`` (a decision of its own, reason ``guard: ...``) and keeps it
-    there for ``harm_span`` iterations.
+    there for ``harm_span`` iterations. When the check where the guard trips
+    also shows a change of conditions, the tuner is still told (``observe``
+    with ``regime_changed``), so it files the check under the new conditions;
+    its decision there is not applied (history ``"held"``).
 
     Args:
         tuner: the policy (rank 0 only calls :meth:`decide`).
@@ -273,9 +276,19 @@ class Controller:
             if why is not None:
                 self._pending = []
                 self.n_windows += 1
-                self.history.append({"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
-                                     "iterations": windows[0].n_iters, "new_config": guard.initial.to_dict(), "reason": why,
-                                     "predicted_speed": guard.reference, **({"regime_changed": True} if changed else {})})
+                entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
+                                         "iterations": windows[0].n_iters, "new_config": guard.initial.to_dict(),
+                                         "reason": why, "predicted_speed": guard.reference}
+                if changed:
+                    # the change is the tuner's to know even when the guard decides: it files the
+                    # check under new conditions (its own decision is not applied)
+                    entry["regime_changed"] = True
+                    obs = Observation(iteration, self.current, speed, features, regime_changed=True,
+                                      harm_allowance=guard.allowance())
+                    told = self._ask(obs, "observe")
+                    if told is not None and told.config != guard.initial:
+                        entry["held"] = f"guard sends the run to {guard.initial}: {told.config} not applied ({told.reason})"
+                self.history.append(entry)
                 return Decision(guard.initial, why, guard.reference)
         self._pending.append(list(windows))
         if not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:

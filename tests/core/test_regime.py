@@ -174,3 +174,40 @@ def test_guard_carries_its_reference_across_a_change_seen_after_a_trial():
     g.record(15, c, 90.0, 5, False)  # the trial, ended at its first check
     g.record(20, B, 55.0, 5, True)  # back at B: half its speed, conditions changed
     assert g.reference == pytest.approx(50.0) and g.trip(20, B) is None
+
+
+class _Scripted(Tuner):
+    """Decides ``moves`` one window at a time (``None``: stays), then stays; keeps every observation it is given."""
+
+    name = "scripted"
+
+    def __init__(self, moves):
+        self.moves, self.seen = list(moves), []
+
+    def observe(self, obs):
+        self.seen.append(obs)
+        move = self.moves.pop(0) if self.moves else None
+        return None if move is None else Decision(move, "scripted")
+
+
+def test_a_change_seen_at_the_check_where_the_guard_trips_still_reaches_the_tuner():
+    from autobyte.core import WindowStats
+
+    def w(speed):
+        return [WindowStats(5, 0.1, speed, 0.01, (0.001, 0.002), 1000, 2, 0.05, 2e4)]
+
+    fast, slow = Config(2 * MiB, 2 * MiB), Config(64 * KiB, 64 * KiB)
+    tuner = _Scripted([fast, slow, None, Config(MiB, 4 * MiB)])
+    ctl = Controller(tuner, SearchSpace([A, fast, slow, Config(MiB, 4 * MiB)]), A, "allreduce", [1000, 1000],
+                     window_iters=10, check_iters=5, warmup_iters=0)
+    for it, speed in [(5, 100.0), (10, 100.0), (15, 200.0), (20, 200.0), (25, 70.0), (30, 70.0)]:
+        d = ctl.decide(it, w(speed))
+        if d is not None:
+            ctl.applied(it, d.config)
+    assert ctl.current == slow  # gains banked at `fast` keep the guard quiet at `slow` so far
+    d = ctl.decide(35, w(35.0))  # the link halved: `slow` runs at half its speed, and the guard trips on it
+    assert d is not None and d.config == A and d.reason.startswith("guard:")
+    assert tuner.seen[-1].iteration == 35 and tuner.seen[-1].regime_changed  # the tuner learns of the change
+    entry = ctl.history[-1]
+    assert entry["regime_changed"] and entry["new_config"] == A.to_dict()
+    assert entry["held"].startswith("guard sends the run to") and "not applied" in entry["held"]
