@@ -1,11 +1,15 @@
 """Plain DDP vs the scheduled engine, side by side in one run on 2 CPU ranks (gloo).
 
-    python benchmarks/bench_torch_engine.py [--rounds 5] [--iters 20] [--quick] [--mbit R]
+    python benchmarks/bench_torch_engine.py [--rounds 5] [--iters 20] [--quick] [--mbit R] [--ready-order]
 
 Modes are interleaved round by round inside the same two processes; the
 table gives the median samples/s of each mode and its ratio to DDP. (a) is
 the engine at DDP's own operating point (25 MiB partitions, no credit
-limit); (b) a small grid of partition and credit sizes.
+limit); (b) a small grid of partition and credit sizes. The engine runs under
+``tuner="static"`` (window checks, never a move), so it issues messages in
+ByteScheduler's priority order estimated from the measured layer times, as
+under any tuner; ``--ready-order`` runs it without a tuner, in the gradients'
+ready order (how this benchmark ran before 2026-11-24).
 """
 
 from __future__ import annotations
@@ -46,10 +50,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="DDP vs its operating point only, 2 rounds")
     ap.add_argument("--mbit", type=float, default=None,
                     help="run the two ranks in network namespaces on a link shaped to this rate (needs root; default: loopback)")
+    ap.add_argument("--ready-order", action="store_true",
+                    help="the engine without a tuner: messages in the gradients' ready order, no priority estimate")
     args = ap.parse_args()
     modes = ["ddp"] + (GRID[:1] if args.quick else GRID)
     rounds = 2 if args.quick else args.rounds
-    opts = {"modes": modes, "rounds": rounds, "iters": args.iters, "batch_size": args.batch_size}
+    opts = {"modes": modes, "rounds": rounds, "iters": args.iters, "batch_size": args.batch_size,
+            "tuner": None if args.ready_order else "static"}
     argv = ["-m", "autobyte.bench.torch_ranks", json.dumps(opts)]
     if args.mbit is None:
         res = launch(argv, 2, timeout_s=3600)
@@ -69,7 +76,8 @@ def main() -> int:
                 print(buf.getvalue()[-4000:], file=sys.stderr)
                 return 1
         out = "\n".join(line.split("] ", 1)[-1] for line in buf.getvalue().splitlines())
-    print(f"link: {'loopback (unshaped)' if args.mbit is None else f'{args.mbit:g} Mbit/s, network namespaces'}")
+    print(f"link: {'loopback (unshaped)' if args.mbit is None else f'{args.mbit:g} Mbit/s, network namespaces'}; "
+          f"engine order: {'ready order (no tuner)' if args.ready_order else 'priority, estimated (tuner=static)'}")
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     base = statistics.median(rows[0]["samples_per_s"])
     print(f"| mode | samples/s (median of {rounds}) | vs DDP |")

@@ -3,7 +3,9 @@
 Run as ``python -m autobyte.bench.torch_ranks JSON`` under ``torchrun`` or
 :func:`autobyte.testing.launch`. The JSON gives ``modes`` (a list of
 ``"ddp"`` or ``[partition_bytes, credit_bytes]``), ``rounds``, ``iters``,
-``batch_size`` and ``warmup``. Modes are interleaved round by round so slow
+``batch_size``, ``warmup`` and ``tuner`` (the engine's, default
+``"static"``: priority order estimated at window checks; ``null``: none,
+the gradients' ready order). Modes are interleaved round by round so slow
 drifts of the machine hit all of them alike. Rank 0 prints one JSON line per
 mode: ``{"mode": ..., "samples_per_s": [...per round...]}``.
 """
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
             finish = lambda: None  # noqa: E731
         else:
             net = model
-            h = schedule(model, opt, partition_bytes=int(mode[0]), credit_bytes=int(mode[1]))
+            # tuner "static": window checks estimate the priority order, the config never moves
+            h = schedule(model, opt, partition_bytes=int(mode[0]), credit_bytes=int(mode[1]), tuner=opts.get("tuner", "static"))
             finish = h.synchronize
         runners.append((mode, net, opt, finish))
 

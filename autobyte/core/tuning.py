@@ -48,8 +48,10 @@ class Observation:
             expected cost below it.
         window_share: the share of a full window's iterations measured
             (1.0 for a window; ``check_iters / window_iters`` for a check of a
-            window in progress, offered through :meth:`Tuner.check`). A
-            tuner that averages measurements can weigh them by it.
+            window in progress, offered through :meth:`Tuner.check`, and for
+            a window the do-no-harm guard cut short, given to
+            :meth:`Tuner.observe`). A tuner that averages measurements can
+            weigh them by it.
     """
 
     iteration: int
@@ -101,7 +103,8 @@ class Tuner(abc.ABC):
         must not have changed its state: the same iterations reach
         :meth:`observe` again as part of the full window. The default never
         acts, so a tuner that only implements :meth:`observe` sees whole
-        windows only.
+        windows only (and windows the do-no-harm guard cut short, with
+        ``Observation.window_share`` below 1).
         """
         del obs
         return None
@@ -155,9 +158,11 @@ class Controller:
     iterations the tuned run stays within ``harm_budget`` of the speed it
     would have had at ``initial``; past that, the controller sends it back to
     ``initial`` (a decision of its own, reason ``guard: ...``) and keeps it
-    there for ``harm_span`` iterations. When the check where the guard trips
-    also shows a change of conditions, the tuner is still told (``observe``
-    with ``regime_changed``), so it files the check under the new conditions;
+    there for ``harm_span`` iterations. The tuner is still told what the
+    window measured up to the check where the guard trips (``observe``, with
+    ``window_share`` below 1 for a window cut short, and ``regime_changed``
+    when that check also shows a change of conditions), so a trial's
+    measurement is not lost and a change is filed under the new conditions;
     its decision there is not applied (history ``"held"``).
 
     Args:
@@ -270,28 +275,12 @@ class Controller:
         if changed:
             self._pending = []  # iterations of the previous regime
         guard = self.guard if self.tuning else None
+        why = None
         if guard is not None:
             guard.record(iteration, self.current, speed, windows[0].n_iters, changed)
             why = guard.trip(iteration, self.current)
-            if why is not None:
-                self._pending = []
-                self.n_windows += 1
-                entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
-                                         "iterations": windows[0].n_iters, "new_config": guard.initial.to_dict(),
-                                         "reason": why, "predicted_speed": guard.reference}
-                if changed:
-                    # the change is the tuner's to know even when the guard decides: it files the
-                    # check under new conditions (its own decision is not applied)
-                    entry["regime_changed"] = True
-                    obs = Observation(iteration, self.current, speed, features, regime_changed=True,
-                                      harm_allowance=guard.allowance())
-                    told = self._ask(obs, "observe")
-                    if told is not None and told.config != guard.initial:
-                        entry["held"] = f"guard sends the run to {guard.initial}: {told.config} not applied ({told.reason})"
-                self.history.append(entry)
-                return Decision(guard.initial, why, guard.reference)
         self._pending.append(list(windows))
-        if not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:
+        if why is None and not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:
             if not self.tuning:
                 return None
             # a window in progress: the tuner may end it here (a trial that already measures badly)
@@ -305,6 +294,7 @@ class Controller:
             self.n_windows += 1
             return self._record(iteration, obs, decision, windows[0].n_iters, {"check": True})
         checks, self._pending = self._pending, []
+        extra: dict[str, Any] = {"regime_changed": True} if changed else {}
         try:
             if len({len(p) for p in checks}) != 1:
                 raise ValueError("the number of ranks changed inside the window")
@@ -314,13 +304,29 @@ class Controller:
                 speed = float(np.sum(features.speed))
         except ValueError as exc:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
-            return None
+            return None if why is None else self._trip(iteration, speed, windows[0].n_iters, why, extra, None)
+        n_iters = merged[0].n_iters
         obs = Observation(iteration, self.current, speed, features, regime_changed=changed,
-                          harm_allowance=None if guard is None else guard.allowance())
+                          harm_allowance=None if guard is None else guard.allowance(),
+                          window_share=min(1.0, n_iters / self.window_iters))
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
         decision = self._ask(obs, "observe") if self.tuning else None
-        return self._record(iteration, obs, decision, merged[0].n_iters, {"regime_changed": True} if changed else {})
+        if why is not None:
+            return self._trip(iteration, speed, n_iters, why, extra, decision)
+        return self._record(iteration, obs, decision, n_iters, extra)
+
+    def _trip(self, iteration: int, speed: float, n_iters: int, why: str, extra: dict[str, Any],
+              told: Decision | None) -> Decision:
+        """The guard's return to ``initial``; ``told``: the tuner's decision on the same window, not applied."""
+        assert self.guard is not None
+        guard = self.guard
+        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed, "iterations": n_iters,
+                                 "new_config": guard.initial.to_dict(), "reason": why, "predicted_speed": guard.reference, **extra}
+        if told is not None and told.config != guard.initial:
+            entry["held"] = f"guard sends the run to {guard.initial}: {told.config} not applied ({told.reason})"
+        self.history.append(entry)
+        return Decision(guard.initial, why, guard.reference)
 
     def _record(self, iteration: int, obs: Observation, decision: Decision | None, n_iters: int,
                 extra: dict[str, Any]) -> Decision | None:

@@ -211,3 +211,25 @@ def test_a_change_seen_at_the_check_where_the_guard_trips_still_reaches_the_tune
     entry = ctl.history[-1]
     assert entry["regime_changed"] and entry["new_config"] == A.to_dict()
     assert entry["held"].startswith("guard sends the run to") and "not applied" in entry["held"]
+
+
+def test_a_trial_cut_short_by_the_guard_is_still_measured_by_the_tuner():
+    from autobyte.core import WindowStats
+
+    def w(speed):
+        return [WindowStats(5, 0.1, speed, 0.01, (0.001, 0.002), 1000, 2, 0.05, 2e4)]
+
+    slow = Config(64 * KiB, 64 * KiB)
+    tuner = _Scripted([slow, Config(MiB, 4 * MiB)])
+    ctl = Controller(tuner, SearchSpace([A, slow, Config(MiB, 4 * MiB)]), A, "allreduce", [1000, 1000],
+                     window_iters=10, check_iters=5, warmup_iters=0)
+    for it in (5, 10):
+        d = ctl.decide(it, w(100.0))
+    assert d is not None and d.config == slow
+    ctl.applied(10, slow)
+    d = ctl.decide(15, w(50.0))  # half a window at half the speed: 2.5 iterations lost, more than the 1.5 allowed
+    assert d is not None and d.config == A and d.reason.startswith("guard:")
+    seen = tuner.seen[-1]  # the trial's half window reached the tuner as a measurement
+    assert (seen.iteration, seen.config, seen.speed, seen.window_share, seen.regime_changed) == (15, slow, 50.0, 0.5, False)
+    assert ctl.history[-1]["iterations"] == 5 and "not applied" in ctl.history[-1]["held"]
+    assert ctl.n_windows == 2
