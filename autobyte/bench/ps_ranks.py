@@ -189,7 +189,8 @@ def _model(mx: Any, gluon: Any, spec: dict[str, Any], name: str, bs: int, rank: 
         net = _EmulatedNet(mx, gluon, emu)
         net.initialize(mx.init.Zero())
         x = mx.nd.array(rs.randn(bs, 1).astype("float32"))
-        return net, [(x, None)], lambda out, y: out.sum()
+        # one loss per sample, as a Gluon loss gives: AutoByteHandler counts the samples from its shape
+        return net, [(x, None)], lambda out, y: out.reshape((out.shape[0], -1)).sum(axis=1)
     if name != "cnn":
         raise ValueError(f"model must be 'cnn' or 'emu:NAME' on the parameter server, but got model={name!r}.")
     net = make_gluon_cnn(gluon, width=int(spec.get("width", 32)), hidden=int(spec.get("hidden", 1536)))

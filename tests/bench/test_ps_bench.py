@@ -78,3 +78,22 @@ def test_hindsight_is_the_config_with_the_shortest_predicted_trace():
     assert _real.hindsight_config(plan, grid) == b
     grid[100.0][c] = 100.0  # c now 0.08 + 0.02 = 0.10
     assert _real.hindsight_config(plan, grid) == c
+
+
+def test_the_emulated_ps_model_gives_one_loss_per_sample_as_the_handler_counts_them():
+    # AutoByteHandler.batch_end counts a batch's samples from the losses' first dimension (Gluon's convention);
+    # a scalar loss made the tuner see one sample per iteration (speeds 64x low) before 2026-11-24
+    mx = pytest.importorskip("mxnet")
+    from mxnet import autograd, gluon
+
+    from autobyte.bench import ps_ranks
+
+    spec = {"model": "emu:alexnet", "compute_scale": 0.01}
+    bs = ps_ranks.batch_size(spec)
+    net, batches, loss_fn = ps_ranks._model(mx, gluon, spec, "emu:alexnet", bs, 0)
+    x, y = batches[0]
+    with autograd.record():
+        loss = loss_fn(net(x), y)
+    loss.backward()
+    assert bs > 1 and loss.shape == (bs,)
+    assert sum(int(l.shape[0]) for l in [loss]) == bs
