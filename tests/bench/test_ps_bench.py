@@ -88,7 +88,7 @@ def test_the_emulated_ps_model_gives_one_loss_per_sample_as_the_handler_counts_t
 
     from autobyte.bench import ps_ranks
 
-    spec = {"model": "emu:alexnet", "compute_scale": 0.01}
+    spec = {"model": "emu:alexnet", "compute_scale": 1}
     bs = ps_ranks.batch_size(spec)
     net, batches, loss_fn = ps_ranks._model(mx, gluon, spec, "emu:alexnet", bs, 0)
     x, y = batches[0]
