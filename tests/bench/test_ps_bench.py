@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from autobyte.bench import _real
 from autobyte.bench._real import BenchPlan, check_arch_methods
 from autobyte.core import KiB, MiB, Config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_plan_errors_name_the_argument_and_the_other_architecture():
@@ -82,18 +87,20 @@ def test_hindsight_is_the_config_with_the_shortest_predicted_trace():
 
 def test_the_emulated_ps_model_gives_one_loss_per_sample_as_the_handler_counts_them():
     # AutoByteHandler.batch_end counts a batch's samples from the losses' first dimension (Gluon's convention);
-    # a scalar loss made the tuner see one sample per iteration (speeds 64x low) before 2026-11-24
-    mx = pytest.importorskip("mxnet")
-    from mxnet import autograd, gluon
-
-    from autobyte.bench import ps_ranks
-
-    spec = {"model": "emu:alexnet", "compute_scale": 1}
-    bs = ps_ranks.batch_size(spec)
-    net, batches, loss_fn = ps_ranks._model(mx, gluon, spec, "emu:alexnet", bs, 0)
-    x, y = batches[0]
-    with autograd.record():
-        loss = loss_fn(net(x), y)
-    loss.backward()
-    assert bs > 1 and loss.shape == (bs,)
-    assert sum(int(l.shape[0]) for l in [loss]) == bs
+    # a scalar loss made the tuner see one sample per iteration (speeds 64x low) before 2026-11-24.
+    # In a child process: MXNet's engine threads and fork handlers must not live in the test process, whose
+    # later tests fork network-namespace workers (a fork there then hangs).
+    pytest.importorskip("mxnet")
+    code = (
+        "import mxnet as mx\nfrom mxnet import autograd, gluon\nfrom autobyte.bench import ps_ranks\n"
+        "spec = {'model': 'emu:alexnet', 'compute_scale': 1}\nbs = ps_ranks.batch_size(spec)\n"
+        "net, batches, loss_fn = ps_ranks._model(mx, gluon, spec, 'emu:alexnet', bs, 0)\nx, y = batches[0]\n"
+        "with autograd.record():\n    loss = loss_fn(net(x), y)\nloss.backward()\n"
+        "import json, os\nprint(json.dumps([bs, list(loss.shape), sum(int(l.shape[0]) for l in [loss])]), flush=True)\n"
+        "os._exit(0)\n"  # MXNet's custom-operator threads can hang an interpreter's normal exit
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    bs, shape, counted = json.loads(res.stdout.strip().splitlines()[-1])
+    assert bs > 1 and shape == [bs] and counted == bs, res.stdout
