@@ -292,7 +292,7 @@ class Controller:
                 return None
             self._pending = []
             self.n_windows += 1
-            return self._record(iteration, obs, decision, windows[0].n_iters, {"check": True})
+            return self._record(iteration, speed, decision, windows[0].n_iters, {"check": True})
         checks, self._pending = self._pending, []
         extra: dict[str, Any] = {"regime_changed": True} if changed else {}
         try:
@@ -304,7 +304,7 @@ class Controller:
                 speed = float(np.sum(features.speed))
         except ValueError as exc:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
-            return None if why is None else self._trip(iteration, speed, windows[0].n_iters, why, extra, None)
+            return None if why is None else self._record(iteration, speed, None, windows[0].n_iters, extra, why)
         n_iters = merged[0].n_iters
         obs = Observation(iteration, self.current, speed, features, regime_changed=changed,
                           harm_allowance=None if guard is None else guard.allowance(),
@@ -312,31 +312,23 @@ class Controller:
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
         decision = self._ask(obs, "observe") if self.tuning else None
-        if why is not None:
-            return self._trip(iteration, speed, n_iters, why, extra, decision)
-        return self._record(iteration, obs, decision, n_iters, extra)
+        return self._record(iteration, speed, decision, n_iters, extra, why)
 
-    def _trip(self, iteration: int, speed: float, n_iters: int, why: str, extra: dict[str, Any],
-              told: Decision | None) -> Decision:
-        """The guard's return to ``initial``; ``told``: the tuner's decision on the same window, not applied."""
-        assert self.guard is not None
-        guard = self.guard
-        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed, "iterations": n_iters,
-                                 "new_config": guard.initial.to_dict(), "reason": why, "predicted_speed": guard.reference, **extra}
-        if told is not None and told.config != guard.initial:
-            entry["held"] = f"guard sends the run to {guard.initial}: {told.config} not applied ({told.reason})"
-        self.history.append(entry)
-        return Decision(guard.initial, why, guard.reference)
+    def _record(self, iteration: int, speed: float, decision: Decision | None, n_iters: int,
+                extra: dict[str, Any], trip: str | None = None) -> Decision | None:
+        """The history entry of a window the tuner was asked about (a full one, or one ended at a check).
 
-    def _record(self, iteration: int, obs: Observation, decision: Decision | None, n_iters: int,
-                extra: dict[str, Any]) -> Decision | None:
-        """The history entry of a window the tuner was asked about (a full one, or one it ended at a check)."""
-        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": obs.speed,
+        ``trip``: the guard's reason to send the run back to ``initial`` at
+        this check; the tuner's own decision is then held, as during any hold.
+        """
+        entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
                                  "iterations": n_iters, **extra}
         guard = self.guard if self.tuning else None
         if guard is not None and decision is not None and decision.config != guard.initial and guard.holding(iteration):
             entry["held"] = f"guard holds {guard.initial}: {decision.config} not applied ({decision.reason})"
             decision = None
+        if guard is not None and trip is not None:
+            decision = Decision(guard.initial, trip, guard.reference)
         if decision is not None and decision.config != self.current:
             entry.update(new_config=decision.config.to_dict(), reason=decision.reason, predicted_speed=decision.predicted_speed)
         else:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from autobyte import sim
-from autobyte.core import BYTESCHEDULER_DEFAULT, Config, Controller, Decision, KiB, MiB, SearchSpace, Tuner
+from autobyte.core import BYTESCHEDULER_DEFAULT, Config, Controller, Decision, KiB, MiB, SearchSpace, Tuner, WindowStats
 from autobyte.core.regime import HarmGuard, RegimeDetector
 from autobyte.core.tuners import make_tuner
 
@@ -190,46 +190,42 @@ class _Scripted(Tuner):
         return None if move is None else Decision(move, "scripted")
 
 
+def _check_at(speed):
+    """One rank's statistics of a 5-iteration check at ``speed``."""
+    return [WindowStats(5, 0.1, speed, 0.01, (0.001, 0.002), 1000, 2, 0.05, 2e4)]
+
+
 def test_a_change_seen_at_the_check_where_the_guard_trips_still_reaches_the_tuner():
-    from autobyte.core import WindowStats
-
-    def w(speed):
-        return [WindowStats(5, 0.1, speed, 0.01, (0.001, 0.002), 1000, 2, 0.05, 2e4)]
-
     fast, slow = Config(2 * MiB, 2 * MiB), Config(64 * KiB, 64 * KiB)
     tuner = _Scripted([fast, slow, None, Config(MiB, 4 * MiB)])
     ctl = Controller(tuner, SearchSpace([A, fast, slow, Config(MiB, 4 * MiB)]), A, "allreduce", [1000, 1000],
                      window_iters=10, check_iters=5, warmup_iters=0)
     for it, speed in [(5, 100.0), (10, 100.0), (15, 200.0), (20, 200.0), (25, 70.0), (30, 70.0)]:
-        d = ctl.decide(it, w(speed))
+        d = ctl.decide(it, _check_at(speed))
         if d is not None:
             ctl.applied(it, d.config)
     assert ctl.current == slow  # gains banked at `fast` keep the guard quiet at `slow` so far
-    d = ctl.decide(35, w(35.0))  # the link halved: `slow` runs at half its speed, and the guard trips on it
+    d = ctl.decide(35, _check_at(35.0))  # the link halved: `slow` runs at half its speed, and the guard trips on it
     assert d is not None and d.config == A and d.reason.startswith("guard:")
     assert tuner.seen[-1].iteration == 35 and tuner.seen[-1].regime_changed  # the tuner learns of the change
     entry = ctl.history[-1]
     assert entry["regime_changed"] and entry["new_config"] == A.to_dict()
-    assert entry["held"].startswith("guard sends the run to") and "not applied" in entry["held"]
+    assert entry["held"].startswith(f"guard holds {A}: {Config(MiB, 4 * MiB)} not applied")
 
 
 def test_a_trial_cut_short_by_the_guard_is_still_measured_by_the_tuner():
-    from autobyte.core import WindowStats
-
-    def w(speed):
-        return [WindowStats(5, 0.1, speed, 0.01, (0.001, 0.002), 1000, 2, 0.05, 2e4)]
-
     slow = Config(64 * KiB, 64 * KiB)
     tuner = _Scripted([slow, Config(MiB, 4 * MiB)])
     ctl = Controller(tuner, SearchSpace([A, slow, Config(MiB, 4 * MiB)]), A, "allreduce", [1000, 1000],
                      window_iters=10, check_iters=5, warmup_iters=0)
     for it in (5, 10):
-        d = ctl.decide(it, w(100.0))
+        d = ctl.decide(it, _check_at(100.0))
     assert d is not None and d.config == slow
     ctl.applied(10, slow)
-    d = ctl.decide(15, w(50.0))  # half a window at half the speed: 2.5 iterations lost, more than the 1.5 allowed
+    d = ctl.decide(15, _check_at(50.0))  # half a window at half the speed: 2.5 iterations lost, more than the 1.5 allowed
     assert d is not None and d.config == A and d.reason.startswith("guard:")
     seen = tuner.seen[-1]  # the trial's half window reached the tuner as a measurement
     assert (seen.iteration, seen.config, seen.speed, seen.window_share, seen.regime_changed) == (15, slow, 50.0, 0.5, False)
-    assert ctl.history[-1]["iterations"] == 5 and "not applied" in ctl.history[-1]["held"]
+    assert ctl.history[-1]["iterations"] == 5
+    assert ctl.history[-1]["held"] == f"guard holds {A}: {Config(MiB, 4 * MiB)} not applied (scripted)"
     assert ctl.n_windows == 2
