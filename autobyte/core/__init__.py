@@ -15,6 +15,7 @@ from .scheduler import (
     estimated_order,
     plan_messages,
     plan_order,
+    schedule_classes,
     tensors_from_sizes,
 )
 from .space import (
@@ -40,6 +41,6 @@ __all__ = [
     "DDP_DEFAULT", "Decision", "DecisionRecord", "GiB", "KiB", "LocalCollective", "MAX_BYTES", "Message", "MiB",
     "Observation", "P3_DEFAULT", "RuntimeFeatures", "Scheduler", "SearchSpace", "Segment", "StatsCollector",
     "TensorSpec", "Tuner", "UNLIMITED", "WindowCoordinator", "WindowOutcome", "WindowStats", "check_bytes",
-    "estimated_order", "make_tuner", "plan_messages", "plan_order", "register_tuner", "tensors_from_sizes",
+    "estimated_order", "make_tuner", "plan_messages", "plan_order", "register_tuner", "schedule_classes", "tensors_from_sizes",
     "tuner_names",
 ]

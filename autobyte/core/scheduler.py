@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
 
 from .space import Config, check_bytes
 
@@ -190,6 +192,73 @@ def plan_messages(
     if pending:
         emit(pending, pending_bytes, 0)
     return messages
+
+
+def schedule_classes(tensor_bytes: Sequence[int] | np.ndarray, configs: Iterable[Config]) -> np.ndarray:
+    """Which configurations run the same schedule on these gradients: one class id per configuration.
+
+    Two configurations ``<partition, credit>`` are in one class when
+    :func:`plan_messages` cuts the gradients into the same messages under
+    both, and :class:`CreditQueue` releases them the same way: a credit of at
+    least the gradients' total bytes never binds, and a credit below the
+    smallest message releases every message alone. On a model of a few MB,
+    every partition above its total fuses it into one message, so most of a
+    search space of partitions up to 1 GiB is one class; a tuner that has
+    measured one member knows them all and need not measure another.
+
+    The messages are planned in the default backward order (last tensor
+    first) with every tensor of one element type, as :func:`plan_messages`
+    does without a ``ready_order``; an engine whose measured ready order or
+    mixed dtypes fuse differently may run two members of a class slightly
+    differently. Splitting is compared in bytes: exact for partitions that
+    are multiples of the element size, as every candidate of
+    :meth:`~autobyte.core.space.SearchSpace.default` is.
+
+    Args:
+        tensor_bytes: gradient bytes per tensor, tensor 0 nearest the input.
+        configs: the configurations to classify.
+
+    Returns:
+        ``(len(configs),)`` int array; equal ids mean the same schedule, ids
+        numbered from 0 in order of first appearance.
+
+    Raises:
+        ValueError: ``tensor_bytes`` empty or not all positive.
+    """
+    sizes = [int(b) for b in np.asarray(tensor_bytes).ravel()]
+    if not sizes or min(sizes) <= 0:
+        raise ValueError(f"tensor_bytes must be a non-empty sequence of positive byte counts, but got {list(sizes)[:8]!r}.")
+    order = sizes[::-1]  # the backward order plan_messages fuses in by default
+    total, largest = sum(sizes), max(sizes)
+    plans: dict[int, tuple[Any, int]] = {}
+
+    def plan(p: int) -> tuple[Any, int]:
+        """(key of the messages, smallest message) under partition ``p``."""
+        if p in plans:
+            return plans[p]
+        if largest > p:  # a split tensor's first chunk is p bytes: no other partition cuts it alike
+            out: tuple[Any, int] = (("split", p), min(min(sizes), p))
+        else:
+            cuts, run, smallest = [], 0, total
+            for i, b in enumerate(order):
+                if run and run + b > p:
+                    cuts.append(i)
+                    smallest = min(smallest, run)
+                    run = 0
+                run += b
+            smallest = min(smallest, run)
+            out = (("fused", tuple(cuts)), smallest)
+        plans[p] = out
+        return out
+
+    ids: dict[Any, int] = {}
+    result = []
+    for c in configs:
+        key, smallest = plan(int(c.partition_bytes))
+        credit = int(c.credit_bytes)
+        ckey = "unbound" if credit >= total else "alone" if credit < smallest else credit
+        result.append(ids.setdefault((key, ckey), len(ids)))
+    return np.asarray(result, dtype=np.int64)
 
 
 class CreditQueue:

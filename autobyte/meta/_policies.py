@@ -1,8 +1,10 @@
 """The AutoByte tuner's policies: small classes, one decision method each (numpy only).
 
+* :class:`Equivalence` — which candidates run the same schedule on this job's
+  gradients (one measurement tells them all).
 * :class:`Scorer` — the meta-network's prediction of every candidate's speed,
-  calibrated on the configuration in force, and the predictor's demonstrated
-  error on this job.
+  one per schedule, calibrated on the configuration in force, and the
+  predictor's demonstrated error on this job.
 * :class:`Ledger` — measured speeds per regime (set of conditions). Regimes
   are remembered: when conditions return to ones seen before (the alternating
   link), what was measured there is reused at once.
@@ -36,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from autobyte.core.scheduler import schedule_classes
 from autobyte.core.space import Config, SearchSpace
 from autobyte.core.trigger import AdaptTrigger, GainTrigger
 
@@ -54,6 +57,62 @@ def _check_range(name: str, value: object, low: float, high: float) -> float:
 
 
 # ---------------------------------------------------------------------- scoring
+class Equivalence:
+    """Candidates that run the same schedule on this job's gradients, as classes.
+
+    :func:`autobyte.core.scheduler.schedule_classes` on the gradient sizes of
+    the last window: on a small model every partition above its total bytes
+    fuses it into one message, and every credit above them never binds, so
+    dozens of candidates are one schedule. The scorer gives a class one
+    prediction, and the explorer treats a class as measured once any member
+    is (the measurement of one is the measurement of all).
+
+    Args:
+        space: the candidates.
+        enabled: ``False`` keeps every candidate a class of its own (the
+            tuner without this knowledge, for comparison).
+    """
+
+    def __init__(self, space: SearchSpace, enabled: bool = True) -> None:
+        self.space = space
+        self.enabled = bool(enabled)
+        self._layer_bytes: np.ndarray | None = None
+        self.ids = np.arange(len(space), dtype=np.int64)  # before any gradients are known: every candidate its own class
+        self._extra: dict[Config, int] = {}
+
+    def update(self, layer_bytes: np.ndarray) -> None:
+        """Classify the candidates for these gradient sizes (kept while the sizes do not change)."""
+        if not self.enabled:
+            return
+        lb = np.asarray(layer_bytes, dtype=np.float64)
+        if self._layer_bytes is not None and np.array_equal(lb, self._layer_bytes):
+            return
+        self._layer_bytes = lb.copy()
+        self.ids = schedule_classes(np.maximum(1, np.rint(lb)).astype(np.int64), self.space)
+        self._extra = {}
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.ids.max()) + 1 if len(self.ids) else 0
+
+    def of(self, cfg: Config) -> int:
+        """The class of ``cfg``: a candidate's, or (for a configuration outside the space) a class
+        of the space it runs like, or a new id of its own."""
+        if cfg in self.space:
+            return int(self.ids[self.space.index(cfg)])
+        if cfg not in self._extra:
+            if self._layer_bytes is None:
+                self._extra[cfg] = len(self.ids) + len(self._extra)
+            else:
+                k = int(schedule_classes(np.maximum(1, np.rint(self._layer_bytes)).astype(np.int64), [*self.space, cfg])[-1])
+                self._extra[cfg] = k if k < self.n_classes else self.n_classes + len(self._extra)
+        return self._extra[cfg]
+
+    def members(self, configs: Any) -> np.ndarray:
+        """Mask of the candidates in the class of any of ``configs``."""
+        return np.isin(self.ids, [self.of(c) for c in configs])
+
+
 @dataclass(frozen=True)
 class Scores:
     """One window scored: predicted samples/s of every candidate (the current one = observed)."""
@@ -61,6 +120,8 @@ class Scores:
     predicted: np.ndarray
     job: JobInputs
     embedding: np.ndarray
+    #: the network's log speed ratio of every candidate to the configuration in force, before calibration
+    raw: np.ndarray
 
 
 class Scorer:
@@ -68,24 +129,48 @@ class Scorer:
 
     The network predicts ``log(speed(candidate) / speed(current))``; the
     prediction for the configuration in force is made equal to the observed
-    speed, so only the network's *ratios* matter. :meth:`sigma` is the
-    predictor's demonstrated error on this job (root mean square log error of
-    its last predictions that were measured), ``sigma0`` before any.
+    speed, so only the network's *ratios* matter. Candidates that run the same
+    schedule (:class:`Equivalence`) get one prediction, the geometric mean of
+    the network's for them.
+
+    The network's log ratios are calibrated on this job: every prediction
+    that was measured is a pair (predicted log ratio ``x``, measured log
+    ratio ``y``, both against the configuration in force when it was made),
+    and the ratios are scaled by the slope ``y ~ slope * x`` of the last
+    pairs (least squares through the origin with a prior of slope 1 worth
+    ``prior`` squared log ratio, clipped to ``[min_slope, 1]``). A network
+    whose predicted gains keep failing on this system (they were 12-33% off
+    on measured configurations of the real testbed and up to 3.5x on those it
+    proposed) is believed less, so its favourites stop costing trials; one
+    that is right keeps a slope near 1. :meth:`sigma` is the predictor's
+    demonstrated error on this job (root mean square of ``y - slope * x``
+    over the last pairs), ``sigma0`` before any.
 
     Args:
         net: the meta-network.
         space: the candidates.
         sigma0: assumed error before any prediction was checked (0.08).
         sigma_min: floor of the demonstrated error (0.02: a window's noise).
+        equivalent: classify candidates by schedule (:class:`Equivalence`; True).
+        calibrate: scale the network's log ratios by their slope on this job (True).
+        prior: weight of the prior slope 1, in squared log ratio (0.05: about one
+            measured prediction of a 22% change).
+        min_slope: the lowest slope (0.25).
     """
 
-    def __init__(self, net: MetaNetwork, space: SearchSpace, *, sigma0: float = 0.08, sigma_min: float = 0.02) -> None:
+    def __init__(self, net: MetaNetwork, space: SearchSpace, *, sigma0: float = 0.08, sigma_min: float = 0.02,
+                 equivalent: bool = True, calibrate: bool = True, prior: float = 0.05, min_slope: float = 0.25) -> None:
         self.net = net
         self.space = space
         self.cands = space.to_array()
         self.sigma0 = _check_range("sigma0", sigma0, 1e-3, 2.0)
         self.sigma_min = _check_range("sigma_min", sigma_min, 1e-3, 2.0)
         self.errors: deque[float] = deque(maxlen=8)  # log errors of checked predictions
+        self.pairs: deque[tuple[float, float]] = deque(maxlen=8)  # (predicted, measured) log ratios, uncalibrated
+        self.calibrate = bool(calibrate)
+        self.prior = _check_range("prior", prior, 1e-6, 1e6)
+        self.min_slope = _check_range("min_slope", min_slope, 0.0, 1.0)
+        self.equivalence = Equivalence(space, equivalent)
 
     def score(self, obs_config: Config, speed: float, features: Any) -> Scores:
         """Score every candidate for a window of ``obs_config`` at ``speed``.
@@ -96,35 +181,62 @@ class Scorer:
         job = featurize(features, obs_config, speed)
         emb = self.net.encode(job)
         logr = self.net.head_predict(emb, candidate_features(job.layer_bytes, self.cands, obs_config))
-        if obs_config in self.space:
-            base = float(logr[self.space.index(obs_config)])
+        eq = self.equivalence
+        eq.update(job.layer_bytes)
+        n = eq.n_classes
+        logr = (np.bincount(eq.ids, logr, n) / np.bincount(eq.ids, minlength=n))[eq.ids]  # one prediction per schedule
+        here = eq.of(obs_config)
+        if here < n:
+            base = float(logr[int(np.argmax(eq.ids == here))])
         else:
-            here = np.array([[obs_config.partition_bytes, obs_config.credit_bytes]], dtype=np.float64)
-            base = float(self.net.head_predict(emb, candidate_features(job.layer_bytes, here, obs_config))[0])
+            own = np.array([[obs_config.partition_bytes, obs_config.credit_bytes]], dtype=np.float64)
+            base = float(self.net.head_predict(emb, candidate_features(job.layer_bytes, own, obs_config))[0])
         if not (np.all(np.isfinite(logr)) and np.all(np.isfinite(emb)) and math.isfinite(base)):
             raise ValueError("the meta-network produced NaN or inf")
-        pred = speed * np.exp(logr - base)
-        if obs_config in self.space:
-            pred[self.space.index(obs_config)] = speed
-        return Scores(pred, job, emb)
+        raw = logr - base
+        raw[eq.ids == here] = 0.0
+        pred = speed * np.exp(self.slope() * raw)
+        return Scores(pred, job, emb, raw)
 
-    def checked(self, predicted: float, observed: float) -> float:
-        """Record a prediction that was measured; returns its relative error."""
+    def checked(self, predicted: float, observed: float, raw: float | None = None, anchor: float | None = None) -> float:
+        """Record a prediction that was measured; returns its relative error.
+
+        ``raw``: the network's log ratio behind it, ``anchor``: the speed it was
+        anchored on; with both, the pair calibrates the slope.
+        """
         self.errors.append(math.log(observed / predicted))
+        if raw is not None and anchor is not None and anchor > 0 and math.isfinite(raw):
+            self.pairs.append((float(raw), math.log(observed / anchor)))
         return abs(observed / predicted - 1.0)
 
+    def slope(self) -> float:
+        """The scale of the network's log ratios on this job (1 before any pair, or uncalibrated)."""
+        if not self.calibrate or not self.pairs:
+            return 1.0
+        sxy = sum(x * y for x, y in self.pairs)
+        sxx = sum(x * x for x, _ in self.pairs)
+        return min(1.0, max(self.min_slope, (sxy + self.prior) / (sxx + self.prior)))
+
     def sigma(self) -> float:
-        if not self.errors:
+        if self.pairs:
+            b = self.slope()
+            sq = [(y - b * x) ** 2 for x, y in self.pairs]
+        elif self.errors:
+            sq = [e * e for e in self.errors]
+        else:
             return self.sigma0
-        return max(self.sigma_min, math.sqrt(sum(e * e for e in self.errors) / len(self.errors)))
+        return max(self.sigma_min, math.sqrt(sum(sq) / len(sq)))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"errors": list(self.errors)}
+        return {"errors": list(self.errors), "pairs": [list(p) for p in self.pairs]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "errors" in state:
             self.errors.clear()
             self.errors.extend(float(e) for e in state["errors"])
+        if "pairs" in state:
+            self.pairs.clear()
+            self.pairs.extend((float(x), float(y)) for x, y in state["pairs"])
 
 
 # ---------------------------------------------------------------------- ledger
@@ -449,20 +561,39 @@ class Explorer:
 
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
-                misses: int = 0) -> tuple[Config, str] | None:
+                misses: int = 0, equivalence: Equivalence | None = None) -> tuple[Config, str] | None:
         """The candidate to try next, with the reason, or ``None`` (no trial pays).
 
         ``misses``: trials in a row in this regime that found nothing faster;
         at ``max_misses`` the predictor has shown it cannot point to a better
         configuration here, and exploring stops until conditions change.
+        ``equivalence``: candidates that run the same schedule; a class with a
+        measured member (or the configuration in force) counts as measured,
+        distances are taken from all its members, and a class is tried
+        through one member (the nearest to what was measured).
         """
         if not measured or misses >= self.max_misses:
             return None
         sigma = min(sigma, self.max_sigma)  # beyond it the predictor ranks no better than chance; misses stop the search
         known = np.array([[c.partition_bytes, c.credit_bytes] for c in measured], dtype=np.float64)
+        done = np.array([c in measured or c == current for c in space])
+        if equivalence is not None:
+            same = equivalence.members([*measured, current])
+            known = np.vstack([known, cands[same & ~done]])  # what one member measured holds for all
+            done |= same
         lp, lc = np.log2(cands[:, :1]), np.log2(cands[:, 1:])
         dist = np.min(np.maximum(np.abs(lp - np.log2(known[:, 0])[None, :]), np.abs(lc - np.log2(known[:, 1])[None, :])), axis=1)
-        free = np.array([c not in measured and c != current for c in space]) & (dist <= self.max_distance + 1e-9)
+        free = ~done & (dist <= self.max_distance + 1e-9)
+        if equivalence is not None and free.any():
+            # one trial per schedule: the class's member nearest to what was measured
+            order = np.lexsort((np.arange(len(dist)), dist))
+            first = np.zeros(len(free), dtype=bool)
+            seen: set[int] = set()
+            for k in order:
+                if free[k] and int(equivalence.ids[k]) not in seen:
+                    seen.add(int(equivalence.ids[k]))
+                    first[k] = True
+            free &= first
         if not free.any():
             return None
         best_known = max(measured.values())

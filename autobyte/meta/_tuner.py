@@ -225,6 +225,11 @@ class AutoByteTuner(Tuner):
             ended), a trial that holds up at its first check is judged on that
             check alone, as a window of its own (100; ``None``: trials run
             their whole window unless aborted).
+        equivalent: treat candidates that run the same schedule on this
+            job's gradients as one (:class:`~autobyte.meta._policies.Equivalence`:
+            one prediction, measured once any member is, tried once; True).
+        calibrate: scale the network's predicted log ratios by their slope
+            against what was measured on this job (:class:`~autobyte.meta._policies.Scorer`; True).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -256,6 +261,8 @@ class AutoByteTuner(Tuner):
         verify: bool = True,
         abort_margin: float | None = 0.10,
         short_horizon_iters: float | None = 100,
+        equivalent: bool = True,
+        calibrate: bool = True,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -281,14 +288,16 @@ class AutoByteTuner(Tuner):
         self.enabled = bool(enabled)
         self.explore = bool(explore)
         self.remember = bool(remember)
+        self.equivalent = bool(equivalent)
+        self.calibrate = bool(calibrate)
         self._reset()
 
     def _reset(self) -> None:
         self.ledger = Ledger(recall=self.remember)
         self._window = 0
-        self._last_pred: tuple[Config, np.ndarray] | None = None  # last window's config and predictions
+        self._last_pred: tuple[Config, np.ndarray, np.ndarray, float] | None = None  # last window's config, predictions, raw log ratios, speed
         self._trial: tuple[Config, float, Config] | None = None  # the trial decided last window: config, prediction, left
-        self._held: tuple[float, float] | None = None  # a surprising prediction and its measurement, not yet judged
+        self._held: tuple[float, float, float, float] | None = None  # a surprising prediction, its measurement, raw log ratio, anchor: not yet judged
         self._left: Config | None = None  # the configuration the last decision left
         self._last_job: np.ndarray | None = None
         self.errors: list[float] = []  # relative errors of checked predictions
@@ -301,7 +310,7 @@ class AutoByteTuner(Tuner):
         super().start(space, initial)
         if len(space) == 1:
             warnings.warn("autobyte: the search space has one candidate; AutoByte has nothing to tune.", stacklevel=2)
-        self.scorer = Scorer(self.net, space)
+        self.scorer = Scorer(self.net, space, equivalent=self.equivalent, calibrate=self.calibrate)
         self._reset()
         return initial
 
@@ -341,7 +350,8 @@ class AutoByteTuner(Tuner):
         if self.explore:
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
-                                              self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses)
+                                              self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
+                                              self.scorer.equivalence)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
@@ -370,18 +380,19 @@ class AutoByteTuner(Tuner):
         # the last window's prediction of this configuration, checked against what it measured
         # (after any change of configuration: a trial, a move, the guard, the user; never across
         # a change of conditions)
-        last, self._last_pred = self._last_pred, (obs.config, sc.predicted)
+        last, self._last_pred = self._last_pred, (obs.config, sc.predicted, sc.raw, obs.speed)
         checked = None
         held, self._held = self._held, None
         if held is not None and not obs.regime_changed:
             self.errors.append(self.scorer.checked(*held))  # the surprise was the predictor's, not a change
         if last is not None and last[0] != obs.config and obs.config in self.space and not obs.regime_changed:
-            checked = float(last[1][self.space.index(obs.config)])
+            k = self.space.index(obs.config)
+            checked, raw = float(last[1][k]), float(last[2][k])
             if abs(math.log(obs.speed / checked)) > math.log1p(self.verifier.surprise):
-                self._held = (checked, obs.speed)  # judged once the verifier has told a change from an error
+                self._held = (checked, obs.speed, raw, last[3])  # judged once the verifier has told a change from an error
                 checked = None  # nor does it start an adaptation before then
             else:
-                self.errors.append(self.scorer.checked(checked, obs.speed))
+                self.errors.append(self.scorer.checked(checked, obs.speed, raw, last[3]))
         before = self.ledger.current
         regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, obs.window_share)
         if obs.regime_changed:
@@ -475,7 +486,8 @@ class AutoByteTuner(Tuner):
             "mover": self.mover.trigger.state_dict(),
             "trial": None if self._trial is None else [cfg(self._trial[0]), self._trial[1], cfg(self._trial[2])],
             "held": None if self._held is None else list(self._held),
-            "last_pred": None if self._last_pred is None else [cfg(self._last_pred[0]), _arr(self._last_pred[1])],
+            "last_pred": None if self._last_pred is None else [cfg(self._last_pred[0]), _arr(self._last_pred[1]),
+                                                                _arr(self._last_pred[2]), self._last_pred[3]],
             "left": cfg(self._left),
             "last_job": None if self._last_job is None else _arr(self._last_job),
             "errors": list(self.errors),
@@ -513,10 +525,11 @@ class AutoByteTuner(Tuner):
             t = state["trial"]
             self._trial = None if t is None else (cfg(t[0]), float(t[1]), cfg(t[2]))  # type: ignore[assignment]
         if "held" in state:
-            self._held = None if state["held"] is None else (float(state["held"][0]), float(state["held"][1]))
+            h = state["held"]
+            self._held = None if h is None else (float(h[0]), float(h[1]), float(h[2]), float(h[3]))
         if "last_pred" in state:
             t = state["last_pred"]
-            self._last_pred = None if t is None else (cfg(t[0]), _unarr(t[1]))  # type: ignore[assignment]
+            self._last_pred = None if t is None else (cfg(t[0]), _unarr(t[1]), _unarr(t[2]), float(t[3]))  # type: ignore[assignment]
         if "left" in state:
             self._left = cfg(state["left"])
         if "last_job" in state:

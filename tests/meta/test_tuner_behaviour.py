@@ -112,4 +112,4 @@ def test_autobyte_ends_a_losing_trial_at_its_first_check_through_the_controller(
         assert e["check"] is True and e["iterations"] == 5 and e["new_config"] != e["config"]
     fresh_net.reset_head()
     off = drive(make_tuner("autobyte", network=fresh_net, background=False, abort_margin=None))
-    assert not any(e.get("check") for e in off.history)
+    assert not any(str(e.get("reason", "")).startswith("abort:") for e in off.history)  # (a short trial may still end at a check)
