@@ -201,7 +201,8 @@ def schedule_classes(tensor_bytes: Sequence[int] | np.ndarray, configs: Iterable
     :func:`plan_messages` cuts the gradients into the same messages under
     both, and :class:`CreditQueue` releases them the same way: a credit of at
     least the gradients' total bytes never binds, and a credit below the
-    smallest message releases every message alone. On a model of a few MB,
+    smallest message releases every message alone (with a single message,
+    both are the same). On a model of a few MB,
     every partition above its total fuses it into one message, so most of a
     search space of partitions up to 1 GiB is one class; a tuner that has
     measured one member knows them all and need not measure another.
@@ -255,8 +256,9 @@ def schedule_classes(tensor_bytes: Sequence[int] | np.ndarray, configs: Iterable
     result = []
     for c in configs:
         key, smallest = plan(int(c.partition_bytes))
+        single = key[0] == "fused" and not key[1]  # one message: no credit changes how it goes
         credit = int(c.credit_bytes)
-        ckey = "unbound" if credit >= total else "alone" if credit < smallest else credit
+        ckey = "unbound" if credit >= total or single else "alone" if credit < smallest else credit
         result.append(ids.setdefault((key, ckey), len(ids)))
     return np.asarray(result, dtype=np.int64)
 

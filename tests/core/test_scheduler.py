@@ -150,3 +150,60 @@ def test_estimated_order_from_measured_backward_times():
         estimated_order(msgs, 1000, times, 0.0)
     with pytest.raises(ValueError, match="one time per tensor of the plan .6., but got 5"):
         estimated_order(msgs, 1000, times[:5], 1e9)
+
+
+# ---------------------------------------------------------------- schedule classes
+def _release_trace(messages, credit):
+    """Release pattern of a plan under a credit, for one fixed pattern of ready and done events."""
+    q = CreditQueue(messages, credit)
+    trace, flight = [], []
+    for k, m in enumerate(messages):
+        q.mark_ready(m.index)
+        out = q.release()
+        flight.extend(out)
+        trace.append(tuple(messages[i].segments for i in out))
+        if k % 2 == 1 and flight:  # every other step the oldest message in flight completes
+            q.mark_done(flight.pop(0))
+    while flight:
+        q.mark_done(flight.pop(0))
+        out = q.release()
+        flight.extend(out)
+        trace.append(tuple(messages[i].segments for i in out))
+    return tuple(trace)
+
+
+def test_schedule_classes_group_configs_that_run_the_same_schedule():
+    from autobyte.core import schedule_classes
+
+    tensors = tensors_from_sizes([1000, 250, 3000, 500, 64, 2000])  # 4000 .. 12000 B, 27256 B in all
+    total = sum(t.nbytes for t in tensors)
+    configs = [Config.from_multiple(p, m) for p in [2 ** k for k in range(10, 18)] for m in (0.25, 1, 2, 4, 16)]
+    ids = schedule_classes([t.nbytes for t in tensors], configs)
+    assert ids.shape == (len(configs),) and ids[0] == 0
+    n_same = 0
+    for i, a in enumerate(configs):
+        pa = plan_messages(tensors, a.partition_bytes)
+        for j, b in enumerate(configs[:i]):
+            if ids[i] != ids[j]:
+                continue
+            n_same += 1
+            pb = plan_messages(tensors, b.partition_bytes)
+            assert [m.segments for m in pa] == [m.segments for m in pb], (a, b)  # the same messages
+            assert _release_trace(pa, a.credit_bytes) == _release_trace(pb, b.credit_bytes), (a, b)  # released alike
+    assert n_same > 20  # partitions above the total fuse everything into one message; credits above it never bind
+    one = [ids[k] for k, c in enumerate(configs) if c.partition_bytes >= total]
+    assert len(set(one)) == 1
+    # a tensor split differently, or a credit that binds differently, is another class
+    by = dict(zip(configs, ids))
+    assert by[Config(8192, 8192)] != by[Config(16384, 16384)]  # 12000 B split into two, or not
+    assert by[Config(32768, 8192)] == by[Config(32768, 32768)]  # one message of 27256 B: alone either way
+    assert by[Config(16384, 16384)] != by[Config(16384, 65536)]  # 2 messages: one at a time, or both at once
+
+
+def test_schedule_classes_rejects_no_gradients():
+    from autobyte.core import schedule_classes
+
+    with pytest.raises(ValueError, match="tensor_bytes must be a non-empty sequence of positive byte counts, but got"):
+        schedule_classes([], [Config(1024, 1024)])
+    with pytest.raises(ValueError, match=r"but got \[4, 0\]"):
+        schedule_classes([4, 0], [Config(1024, 1024)])
