@@ -400,13 +400,16 @@ class Ledger:
         return left + len(self.current.durations) * typical
 
     def state_dict(self) -> dict[str, Any]:
-        return {"regimes": [r.to_dict() for r in self.regimes], "current": self.current.ident, "next": self._next}
+        return {"regimes": [r.to_dict() for r in self.regimes], "current": self.current.ident, "next": self._next,
+                "left": None if self._left is None else self._left.ident}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "regimes" in state:
             self.regimes = [Regime.from_dict(d) for d in state["regimes"]]
             self.current = next(r for r in self.regimes if r.ident == int(state["current"]))
             self._next = int(state["next"])
+        if "left" in state:
+            self._left = next((r for r in self.regimes if r.ident == state["left"]), None)
 
 
 # ---------------------------------------------------------------------- moving

@@ -449,3 +449,16 @@ def test_a_trial_holding_up_in_short_conditions_is_judged_on_its_first_check(fre
     assert off.check(Observation(15, GRID[0], best * 0.97, half.features, window_share=0.5)) is None
     with pytest.raises(ValueError, match=r"short_horizon_iters must be a number in \[0, 1e\+09\], but got short_horizon_iters=-1"):
         AutoByteTuner(fresh_net, short_horizon_iters=-1)
+
+
+def test_ledger_state_keeps_the_regime_just_left():
+    led = Ledger()
+    led.observe(10, A, 100.0, False)
+    led.observe(20, B, 130.0, False)
+    led.observe(30, A, 40.0, True)  # regime 1; regime 0 was just left (the probe must not name its best)
+    again = Ledger()
+    again.load_state_dict(json.loads(json.dumps(led.state_dict())))
+    assert again.probe(A) == led.probe(A)
+    led.observe(40, C, 45.0, True)  # regime 2: regime 1 left, regime 0's B may be back
+    again.observe(40, C, 45.0, True)
+    assert again.probe(C) == led.probe(C) == B
