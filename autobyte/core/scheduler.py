@@ -229,36 +229,27 @@ def schedule_classes(tensor_bytes: Sequence[int] | np.ndarray, configs: Iterable
     sizes = [int(b) for b in np.asarray(tensor_bytes).ravel()]
     if not sizes or min(sizes) <= 0:
         raise ValueError(f"tensor_bytes must be a non-empty sequence of positive byte counts, but got {list(sizes)[:8]!r}.")
-    order = sizes[::-1]  # the backward order plan_messages fuses in by default
     total, largest = sum(sizes), max(sizes)
-    plans: dict[int, tuple[Any, int]] = {}
+    tensors = tensors_from_sizes(sizes, itemsize=1, dtype="bytes")  # one element type; sizes in bytes
+    plans: dict[int, tuple[Any, int, int]] = {}
 
-    def plan(p: int) -> tuple[Any, int]:
-        """(key of the messages, smallest message) under partition ``p``."""
-        if p in plans:
-            return plans[p]
-        if largest > p:  # a split tensor's first chunk is p bytes: no other partition cuts it alike
-            out: tuple[Any, int] = (("split", p), min(min(sizes), p))
-        else:
-            cuts, run, smallest = [], 0, total
-            for i, b in enumerate(order):
-                if run and run + b > p:
-                    cuts.append(i)
-                    smallest = min(smallest, run)
-                    run = 0
-                run += b
-            smallest = min(smallest, run)
-            out = (("fused", tuple(cuts)), smallest)
-        plans[p] = out
-        return out
+    def plan(p: int) -> tuple[Any, int, int]:
+        """(key of the messages, their number, the smallest) under partition ``p``."""
+        if p not in plans:
+            if largest > p:  # a split tensor's first chunk is p bytes: no other partition cuts it alike
+                plans[p] = (("split", p), 2, min(min(sizes), p))
+            else:  # fusion only: plan_messages' own cuts
+                nbytes = tuple(m.nbytes for m in plan_messages(tensors, p))
+                plans[p] = (("fused", nbytes), len(nbytes), min(nbytes))
+        return plans[p]
 
     ids: dict[Any, int] = {}
     result = []
     for c in configs:
-        key, smallest = plan(int(c.partition_bytes))
-        single = key[0] == "fused" and not key[1]  # one message: no credit changes how it goes
+        key, n, smallest = plan(int(c.partition_bytes))
         credit = int(c.credit_bytes)
-        ckey = "unbound" if credit >= total or single else "alone" if credit < smallest else credit
+        # one message goes alike under any credit
+        ckey = "unbound" if credit >= total or n == 1 else "alone" if credit < smallest else credit
         result.append(ids.setdefault((key, ckey), len(ids)))
     return np.asarray(result, dtype=np.int64)
 

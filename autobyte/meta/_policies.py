@@ -76,7 +76,7 @@ class Equivalence:
     def __init__(self, space: SearchSpace, enabled: bool = True) -> None:
         self.space = space
         self.enabled = bool(enabled)
-        self._layer_bytes: np.ndarray | None = None
+        self._sizes: np.ndarray | None = None  # gradient bytes per tensor the classes are for
         self.ids = np.arange(len(space), dtype=np.int64)  # before any gradients are known: every candidate its own class
         self._extra: dict[Config, int] = {}
 
@@ -84,11 +84,11 @@ class Equivalence:
         """Classify the candidates for these gradient sizes (kept while the sizes do not change)."""
         if not self.enabled:
             return
-        lb = np.asarray(layer_bytes, dtype=np.float64)
-        if self._layer_bytes is not None and np.array_equal(lb, self._layer_bytes):
+        sizes = np.maximum(1, np.rint(np.asarray(layer_bytes, dtype=np.float64))).astype(np.int64)
+        if self._sizes is not None and np.array_equal(sizes, self._sizes):
             return
-        self._layer_bytes = lb.copy()
-        self.ids = schedule_classes(np.maximum(1, np.rint(lb)).astype(np.int64), self.space)
+        self._sizes = sizes
+        self.ids = schedule_classes(sizes, self.space)
         self._extra = {}
 
     @property
@@ -101,10 +101,10 @@ class Equivalence:
         if cfg in self.space:
             return int(self.ids[self.space.index(cfg)])
         if cfg not in self._extra:
-            if self._layer_bytes is None:
+            if self._sizes is None:
                 self._extra[cfg] = len(self.ids) + len(self._extra)
             else:
-                k = int(schedule_classes(np.maximum(1, np.rint(self._layer_bytes)).astype(np.int64), [*self.space, cfg])[-1])
+                k = int(schedule_classes(self._sizes, [*self.space, cfg])[-1])
                 self._extra[cfg] = k if k < self.n_classes else self.n_classes + len(self._extra)
         return self._extra[cfg]
 
@@ -186,7 +186,7 @@ class Scorer:
         n = eq.n_classes
         logr = (np.bincount(eq.ids, logr, n) / np.bincount(eq.ids, minlength=n))[eq.ids]  # one prediction per schedule
         here = eq.of(obs_config)
-        if here < n:
+        if here < n:  # a class of the space: its (shared) prediction, so the whole class anchors at the observed speed
             base = float(logr[int(np.argmax(eq.ids == here))])
         else:
             own = np.array([[obs_config.partition_bytes, obs_config.credit_bytes]], dtype=np.float64)
@@ -194,7 +194,6 @@ class Scorer:
         if not (np.all(np.isfinite(logr)) and np.all(np.isfinite(emb)) and math.isfinite(base)):
             raise ValueError("the meta-network produced NaN or inf")
         raw = logr - base
-        raw[eq.ids == here] = 0.0
         pred = speed * np.exp(self.slope() * raw)
         return Scores(pred, job, emb, raw)
 
