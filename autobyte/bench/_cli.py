@@ -61,6 +61,10 @@ def register(sub: Any) -> None:
     p.add_argument("--bo-iters", type=int_arg("--bo-iters", 1, 10**6), default=200, help="iterations of the BO search (default 200: its 15 steps and the first, discarded window of 10 iterations plus 2 after each change, so it freezes)")
     p.add_argument("--grid-iters", type=int_arg("--grid-iters", 1, 10**5), default=6,
                    help="measured iterations per grid config for the oracle (default 6)")
+    p.add_argument("--import", dest="imports", default=None, metavar="MODULES",
+                   help="with --suite: comma-separated modules or .py files that register tuners (register_tuner), "
+                        "imported here and in every rank, so --methods tuner:NAME can run them (e.g. "
+                        "benchmarks/tuner_variants.py)")
     p.add_argument("--out", default=None, type=out_arg("--out", kind="dir"), help="output folder (default runs/bench-<time>)")
     p.set_defaults(func=_bench)
     register_demo(sub)
@@ -78,6 +82,8 @@ def _methods_arg(text: str) -> list[str]:
     items = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
     bad = []
     for m in items:
+        if m.startswith("tuner:") and len(m) > len("tuner:"):
+            continue  # its NAME may come from --import: checked once that is imported
         try:
             check_method(m)
         except ValueError:
@@ -129,7 +135,7 @@ def _bench(args: argparse.Namespace) -> int:
             raise CLIError(f"--suite runs all-reduce scenarios with their own models, but got --arch={args.arch!r}, "
                            f"--model={args.model!r} with --suite={args.suite!r}.")
         return _bench_suite(args)
-    for flag, value in (("--scenarios", args.scenarios), ("--repeats", args.repeats)):
+    for flag, value in (("--scenarios", args.scenarios), ("--repeats", args.repeats), ("--import", args.imports)):
         if value is not None:
             raise CLIError(f"{flag} goes with --suite NAME, but got {flag}={value!r} without --suite.")
     _check_trace_args(args)
@@ -161,6 +167,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_suite(args: argparse.Namespace) -> int:
     from ..cli import CLIError
+    from ..core.tuners import import_tuners
     from ._suite import SuitePlan, run_suite
 
     for dest, default in _TRACE_ONLY:
@@ -179,9 +186,14 @@ def _bench_suite(args: argparse.Namespace) -> int:
             raise CLIError(f"{flag} must be a non-empty comma-separated list, but got {flag}={text!r}.")
         return items
 
+    imports = names("--import", args.imports) or []
+    try:
+        import_tuners(imports)
+    except ValueError as exc:
+        raise CLIError(f"--import={args.imports!r}: {exc}") from None
     try:
         plan = SuitePlan(suite=args.suite, repeats=args.repeats, methods=names("--methods", args.methods) or list(BASE_METHODS),
-                         scenarios=names("--scenarios", args.scenarios))
+                         scenarios=names("--scenarios", args.scenarios), imports=imports)
     except ValueError as exc:
         raise CLIError(f"--{exc}") from None  # SuitePlan's messages start with the argument's name
     out = args.out or os.path.join("runs", time.strftime(f"suite-{args.suite}-%Y%m%d-%H%M%S"))

@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
+from ..core.tuners import import_tuners
 from ._scenarios import SUITES, TAGS, Condition, Scenario, Suite, condition_trace
 
 #: Methods every suite knows; any registered tuner also runs as ``tuner:NAME``.
@@ -82,15 +83,21 @@ class SuitePlan:
         repeats: rounds of every method (default: the suite's).
         methods: subset of :data:`BASE_METHODS` and ``tuner:NAME`` (default: all base methods).
         scenarios: subset of the suite's scenario names (default: all).
+        imports: modules or ``.py`` files that register tuners
+            (:func:`~autobyte.core.tuners.import_tuners`), imported here and in
+            every rank process, so ``tuner:NAME`` can name what they register
+            (a variant of a tuner, run beside it in one command).
 
     Raises:
-        ValueError: an unknown suite, method or scenario; repeats not a positive integer.
+        ValueError: an unknown suite, method or scenario; repeats not a positive
+            integer; an import that fails.
     """
 
     suite: str = "quick"
     repeats: int | None = None
     methods: Sequence[str] = BASE_METHODS
     scenarios: Sequence[str] | None = None
+    imports: Sequence[str] = ()
     timeout_s: float = 1800.0
     batch_size: int = 16  # only for _run's signature; each scenario sets its own
     chosen: Suite = field(init=False)
@@ -102,6 +109,11 @@ class SuitePlan:
         if self.repeats is None:
             self.repeats = s.repeats
         check_int("repeats", self.repeats)
+        if isinstance(self.imports, str):
+            raise ValueError(f"imports must be a list of module names or .py paths, but got imports={self.imports!r}.")
+        # files by absolute path: the rank processes start elsewhere
+        self.imports = [os.path.abspath(m) if isinstance(m, str) and m.endswith(".py") else m for m in self.imports]
+        import_tuners(self.imports)
         if isinstance(self.methods, str) or not self.methods:
             raise ValueError(f"methods must be a non-empty list of methods, but got methods={self.methods!r}.")
         self.methods = list(dict.fromkeys(check_method(m) for m in self.methods))
@@ -413,6 +425,8 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
             for m in plan.order(r):
                 d = os.path.join(d_sc, f"r{r}_{_dirname(m)}")
                 spec = dict(_spec_for(m, specs, suite), iters=sc.iters, slowdown=sc.slowdown(), **base)
+                if is_tuner(m) and plan.imports:
+                    spec["imports"] = list(plan.imports)
                 runs[m].append(_run(spec, trace, d, plan, log))
                 with open(os.path.join(d, "decisions.jsonl")) as f:
                     decisions[m].append([json.loads(line) for line in f])

@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> None:
         row["observed_speed"] = out.speed
         decisions.append(row)
 
-    from ..core.tuners import make_tuner
+    from ..core.tuners import import_tuners, make_tuner
 
+    import_tuners(spec.get("imports", []))  # tuners registered by the bench's --import, as in its own process
     # Every scheduled method runs the same windows: a static config (and the oracle, switched by
     # reconfigure) under a StaticTuner, which never moves and is not guarded. Without a tuner the
     # engine keeps the gradients' ready order all run (no measured times, so no priority order),

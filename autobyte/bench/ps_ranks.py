@@ -86,9 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     if method != "dist_sync":
         start = spec.get("config") or (spec["phases"][0][1] if method == "phases" else spec["configs"][0])
         if method == "tuner":
-            from ..core.tuners import make_tuner
+            from ..core.tuners import import_tuners, make_tuner
             from ..integrations.mxnet import AutoByteHandler
 
+            import_tuners(spec.get("imports", []))
             tuner = make_tuner(spec["tuner"])
             if spec.get("guarded") is False:  # an offline search (BO before training): no do-no-harm guard
                 tuner.guarded = False

@@ -32,7 +32,7 @@ from .space import (
     SearchSpace,
     check_bytes,
 )
-from .tuners import make_tuner, register_tuner, tuner_names
+from .tuners import import_tuners, make_tuner, register_tuner, tuner_names
 from .tuning import Controller, Decision, Observation, Tuner
 from .window import Collective, DecisionRecord, LocalCollective, WindowCoordinator, WindowOutcome
 
@@ -41,6 +41,6 @@ __all__ = [
     "DDP_DEFAULT", "Decision", "DecisionRecord", "GiB", "KiB", "LocalCollective", "MAX_BYTES", "Message", "MiB",
     "Observation", "P3_DEFAULT", "RuntimeFeatures", "Scheduler", "SearchSpace", "Segment", "StatsCollector",
     "TensorSpec", "Tuner", "UNLIMITED", "WindowCoordinator", "WindowOutcome", "WindowStats", "check_bytes",
-    "estimated_order", "make_tuner", "plan_messages", "plan_order", "register_tuner", "schedule_classes", "tensors_from_sizes",
+    "estimated_order", "import_tuners", "make_tuner", "plan_messages", "plan_order", "register_tuner", "schedule_classes", "tensors_from_sizes",
     "tuner_names",
 ]

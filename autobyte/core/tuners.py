@@ -13,8 +13,10 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import os
 import random
-from typing import Any, Callable
+import sys
+from typing import Any, Callable, Sequence
 
 from ._checks import check_int
 from .space import MAX_BYTES, Config, SearchSpace
@@ -326,6 +328,48 @@ def make_tuner(name: str, **kwargs: Any) -> Tuner:
     return tuner
 
 
+def import_tuners(sources: Sequence[str]) -> list[str]:
+    """Import modules that register tuners (:func:`register_tuner`); returns the names they added.
+
+    Each source is a module name (``my_pkg.tuners``) or the path of a Python
+    file (``benchmarks/tuner_variants.py``, loaded under its file name). A
+    benchmark imports the same sources in every process it starts, so a
+    tuner registered this way runs wherever ``make_tuner`` builds one.
+
+    Raises:
+        ValueError: a source that is not a string, a file that does not
+            exist, or a module that fails to import (the error is in the message).
+    """
+    import importlib.util
+
+    before = set(_REGISTRY)
+    for src in sources:
+        if not isinstance(src, str) or not src.strip():
+            raise ValueError(f"sources must be module names or .py paths, but got {src!r}.")
+        try:
+            if src.endswith(".py"):
+                path = os.path.abspath(src)
+                if not os.path.isfile(path):
+                    raise FileNotFoundError(f"no such file: {path}")
+                name = "autobyte_tuners_" + os.path.splitext(os.path.basename(path))[0]
+                if name not in sys.modules:
+                    spec = importlib.util.spec_from_file_location(name, path)
+                    assert spec is not None and spec.loader is not None
+                    module = importlib.util.module_from_spec(spec)
+                    sys.modules[name] = module
+                    try:
+                        spec.loader.exec_module(module)
+                    except BaseException:
+                        del sys.modules[name]
+                        raise
+            else:
+                importlib.import_module(src)
+        except Exception as exc:  # any failure to import is the caller's argument
+            raise ValueError(f"cannot import tuners from {src!r} ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
+    return sorted(set(_REGISTRY) - before)
+
+
 __all__ = [
-    "BOTuner", "BYTESCHEDULER_BO_RANGES", "GridTuner", "StaticTuner", "make_tuner", "register_tuner", "tuner_names",
+    "BOTuner", "BYTESCHEDULER_BO_RANGES", "GridTuner", "StaticTuner", "import_tuners", "make_tuner", "register_tuner",
+    "tuner_names",
 ]

@@ -282,7 +282,12 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--suite", "nightly"], "--suite must be one of full, quick, smoke, paper, emu-smoke, but got --suite='nightly'."),
-    (["bench", "--suite", "quick", "--methods", "ddp,tuner:nosuch"], "('tuner:nosuch' unknown). With --suite, also hindsight"),
+    (["bench", "--suite", "quick", "--methods", "ddp,tuner:nosuch"], "or tuner:NAME with NAME one of autobyte, bo, grid, static, but got 'tuner:nosuch'"),
+    (["bench", "--suite", "quick", "--methods", "ddp,magic"], "('magic' unknown). With --suite, also hindsight"),
+    (["bench", "--suite", "quick", "--import", "no_such_module_x"],
+     "--import='no_such_module_x': cannot import tuners from 'no_such_module_x' (ModuleNotFoundError"),
+    (["bench", "--suite", "quick", "--import", "/no/such/tuners.py"], "cannot import tuners from '/no/such/tuners.py' (FileNotFoundError"),
+    (["bench", "--import", "x.py"], "--import goes with --suite NAME, but got --import='x.py' without --suite."),
     (["bench", "--suite", "quick", "--scenarios", "cnn-step"], "--scenarios must be names of suite 'quick'"),
     (["bench", "--suite", "quick", "--scenarios", ","], "--scenarios must be a non-empty comma-separated list, but got --scenarios=','"),
     (["bench", "--suite", "quick", "--repeats", "0"], "--repeats must be an integer in [1, 100], but got --repeats=0."),
@@ -306,19 +311,27 @@ def test_suite_methods_list_every_base_method():
 
 @pytest.mark.root
 @pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
-def test_smoke_suite_runs_for_real(tmp_path):
+def test_smoke_suite_runs_for_real(tmp_path, monkeypatch):
     from autobyte.bench._suite import run_suite
+    from autobyte.core import tuners
+
+    monkeypatch.setattr(tuners, "_REGISTRY", dict(tuners._REGISTRY))  # the plugin's name must not leak into later tests
 
     t0 = time.monotonic()
-    plan = SuitePlan("smoke", methods=["bytescheduler", "oracle", "tuner:grid"], timeout_s=120)
-    s = run_suite(plan, str(tmp_path), log=lambda *_: None)
+    # a tuner registered by a file of the user's (--import): the bench and both ranks import it
+    plugin = tmp_path / "my_tuners.py"
+    plugin.write_text("from autobyte.core import register_tuner\nfrom autobyte.core.tuners import GridTuner\n"
+                      "register_tuner('smoke-grid', GridTuner)\n")
+    plan = SuitePlan("smoke", methods=["bytescheduler", "oracle", "tuner:smoke-grid"], timeout_s=120, imports=[str(plugin)])
+    s = run_suite(plan, str(tmp_path / "out"), log=lambda *_: None)
+    tmp_path = tmp_path / "out"
     took = time.monotonic() - t0
     sc = s["scenarios"][0]
-    assert sc["name"] == "smoke" and set(sc["methods"]) == {"bytescheduler", "oracle", "tuner:grid"}
+    assert sc["name"] == "smoke" and set(sc["methods"]) == {"bytescheduler", "oracle", "tuner:smoke-grid"}
     for m, row in sc["methods"].items():
         assert len(row["samples_per_s"]) == 1 and row["median"] > 0, m
     assert sc["methods"]["oracle"]["vs"]["bytescheduler"] > 0
-    assert sc["methods"]["tuner:grid"]["worst_span"]["per_repeat"][0]["ratio"] > 0
+    assert sc["methods"]["tuner:smoke-grid"]["worst_span"]["per_repeat"][0]["ratio"] > 0
     # two conditions: two grids of the suite's 2 configs; the oracle's phases and hindsight come from them
     assert sorted(sc["grids"]) == ["2000mbit", "300mbit"] and all(len(g) == 2 for g in sc["grids"].values())
     best = [max(sc["grids"][k], key=sc["grids"][k].get) for k in ("2000mbit", "300mbit")]

@@ -166,3 +166,47 @@ def test_register_tuner_custom_and_type_check(monkeypatch):
         make_tuner("_test_bad")
     with pytest.raises(ValueError, match=r"name must be a non-empty string"):
         register_tuner("", StaticTuner)
+
+
+def test_import_tuners_from_a_module_or_a_file(tmp_path, monkeypatch):
+    from autobyte.core import tuners
+    from autobyte.core.tuners import import_tuners
+
+    monkeypatch.setattr(tuners, "_REGISTRY", dict(tuners._REGISTRY))
+    f = tmp_path / "extra_tuners_file.py"
+    f.write_text("from autobyte.core import register_tuner\nfrom autobyte.core.tuners import StaticTuner\n"
+                 "register_tuner('_from_file', StaticTuner)\n")
+    assert import_tuners([str(f)]) == ["_from_file"]
+    assert isinstance(make_tuner("_from_file"), StaticTuner)
+    assert import_tuners([str(f)]) == []  # imported once: nothing new
+    (tmp_path / "extra_tuners_mod.py").write_text("from autobyte.core import register_tuner\n"
+                                                  "from autobyte.core.tuners import GridTuner\nregister_tuner('_from_mod', GridTuner)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_tuners(["extra_tuners_mod"]) == ["_from_mod"]
+
+
+@pytest.mark.parametrize("sources, message", [
+    (["/no/such/dir/t.py"], r"cannot import tuners from '/no/such/dir/t.py' \(FileNotFoundError: no such file"),
+    (["no_such_module_zz"], r"cannot import tuners from 'no_such_module_zz' \(ModuleNotFoundError"),
+    ([""], r"sources must be module names or .py paths, but got ''"),
+    ([3], r"sources must be module names or .py paths, but got 3"),
+])
+def test_import_tuners_rejects_bad_sources(sources, message):
+    from autobyte.core.tuners import import_tuners
+
+    with pytest.raises(ValueError, match=message):
+        import_tuners(sources)
+
+
+def test_import_tuners_reports_a_failing_file_and_can_retry(tmp_path, monkeypatch):
+    from autobyte.core import tuners
+    from autobyte.core.tuners import import_tuners
+
+    monkeypatch.setattr(tuners, "_REGISTRY", dict(tuners._REGISTRY))
+    f = tmp_path / "broken_tuners.py"
+    f.write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(ValueError, match=r"broken_tuners.py' \(RuntimeError: boom\)"):
+        import_tuners([str(f)])
+    f.write_text("from autobyte.core import register_tuner\nfrom autobyte.core.tuners import StaticTuner\n"
+                 "register_tuner('_fixed', StaticTuner)\n")
+    assert import_tuners([str(f)]) == ["_fixed"]  # a failed import left nothing behind
