@@ -25,3 +25,8 @@ def _variant(**fixed: Any) -> Callable[..., Tuner]:
 register_tuner("autobyte-no-equivalence", _variant(equivalent=False))
 register_tuner("autobyte-no-calibration", _variant(calibrate=False))
 register_tuner("autobyte-neither", _variant(equivalent=False, calibrate=False))
+register_tuner("autobyte-near", _variant(near_best=0.10))
+register_tuner("autobyte-gain", _variant(min_predicted_gain=0.0))
+register_tuner("autobyte-near-gain", _variant(near_best=0.10, min_predicted_gain=0.0))
+register_tuner("autobyte-near-gain-d2", _variant(near_best=0.10, min_predicted_gain=0.0, max_distance=2.0))
+register_tuner("autobyte-no-refile", _variant(refile=False))

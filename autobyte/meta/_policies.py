@@ -341,6 +341,30 @@ class Ledger:
             r.measured[config] = [(m[0] * n + speed * weight) / (n + weight), m[1] + weight, float(r.windows)]
         return r
 
+    def refile(self, config: Config, speed: float, weight: float, src: Regime, dst: Regime | None) -> None:
+        """Take one measurement (``config`` at ``speed``, ``weight`` windows) out of ``src``; file it in ``dst``.
+
+        For a measurement found to belong to other conditions than the ones it
+        was filed under (a trial that straddled a change). The average it
+        joined in ``src`` is undone; ``dst=None`` only takes it out.
+        """
+        m = src.measured.get(config)
+        if m is not None:
+            rest = m[1] - weight
+            if rest <= 1e-9:
+                del src.measured[config]
+            else:
+                n = min(rest, self.memory - 1)
+                m[0] = max(1e-12, (m[0] * (n + weight) - speed * weight) / n)
+                m[1] = rest
+        if dst is not None:
+            d = dst.measured.get(config)
+            if d is None:
+                dst.measured[config] = [speed, float(weight), float(dst.windows)]
+            else:
+                n = min(d[1], self.memory - 1)
+                dst.measured[config] = [(d[0] * n + speed * weight) / (n + weight), d[1] + weight, d[2]]
+
     def _recall(self, config: Config, speed: float) -> None:
         young = self.current
         near = [r for r in self.regimes if r is not young and config in r.measured
@@ -549,10 +573,20 @@ class Explorer:
             ``abort_iters``; ``None`` (default): every trial runs its window.
         abort_iters: iterations of a trial ended at its first check (7: half
             a window of 10 plus 2 warm-up).
+        near_best: distances are taken from the configurations measured
+            within this fraction of the best measured here (a trust region
+            around what runs well), not from every configuration measured;
+            ``None`` (default): from every one, so a trial may chain outwards
+            from a slow one.
+        min_predicted_gain: a candidate is tried only when its prediction
+            beats the best measured here by this much; ``None`` (default):
+            the expected improvement alone decides, so a candidate predicted
+            slower can be tried for its uncertainty.
     """
 
     def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0, max_sigma: float = 0.25,
-                 max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7) -> None:
+                 max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7,
+                 near_best: float | None = None, min_predicted_gain: float | None = None) -> None:
         self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
         self.abort_margin = None if abort_margin is None else _check_range("abort_margin", abort_margin, 1e-3, 0.9)
         self.abort_iters = int(_check_range("abort_iters", abort_iters, 1, self.trial_iters))
@@ -560,6 +594,8 @@ class Explorer:
         self.max_distance = _check_range("max_distance", max_distance, 0.0, 64.0)
         self.max_sigma = _check_range("max_sigma", max_sigma, 1e-3, 10.0)
         self.max_misses = int(_check_range("max_misses", max_misses, 1, 1e6))
+        self.near_best = None if near_best is None else _check_range("near_best", near_best, 0.0, 0.9)
+        self.min_predicted_gain = None if min_predicted_gain is None else _check_range("min_predicted_gain", min_predicted_gain, -0.5, 10.0)
 
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
@@ -577,11 +613,13 @@ class Explorer:
         if not measured or misses >= self.max_misses:
             return None
         sigma = min(sigma, self.max_sigma)  # beyond it the predictor ranks no better than chance; misses stop the search
-        known = np.array([[c.partition_bytes, c.credit_bytes] for c in measured], dtype=np.float64)
+        best_known = max(measured.values())
+        near = [c for c, v in measured.items() if self.near_best is None or v >= best_known * (1.0 - self.near_best)]
+        known = np.array([[c.partition_bytes, c.credit_bytes] for c in near], dtype=np.float64)
         done = np.array([c in measured or c == current for c in space])
         if equivalence is not None:
             same = equivalence.members([*measured, current])
-            known = np.vstack([known, cands[same & ~done]])  # what one member measured holds for all
+            known = np.vstack([known, cands[equivalence.members(near) & ~done]])  # what one member measured holds for all
             done |= same
         lp, lc = np.log2(cands[:, :1]), np.log2(cands[:, 1:])
         dist = np.min(np.maximum(np.abs(lp - np.log2(known[:, 0])[None, :]), np.abs(lc - np.log2(known[:, 1])[None, :])), axis=1)
@@ -596,9 +634,10 @@ class Explorer:
                     seen.add(int(equivalence.ids[k]))
                     first[k] = True
             free &= first
+        if self.min_predicted_gain is not None:
+            free &= predicted > best_known * (1.0 + self.min_predicted_gain)
         if not free.any():
             return None
-        best_known = max(measured.values())
         s = sigma * (1.0 + self.widen * dist)
         mu_gain = np.log(np.maximum(predicted, 1e-12) / best_known)
         z = mu_gain / s

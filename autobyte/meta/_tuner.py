@@ -230,6 +230,15 @@ class AutoByteTuner(Tuner):
             one prediction, measured once any member is, tried once; True).
         calibrate: scale the network's predicted log ratios by their slope
             against what was measured on this job (:class:`~autobyte.meta._policies.Scorer`; True).
+        near_best: a trial stays within ``max_distance`` of a configuration
+            measured within this fraction of the best measured in the regime
+            (:class:`~autobyte.meta._policies.Explorer`'s trust region; ``None``: of any measured one).
+        min_predicted_gain: a trial's prediction must beat the best measured
+            in the regime by this much (``None``: the expected improvement alone decides).
+        refile: a measurement far from its prediction, followed by a change of
+            conditions seen on another configuration in the same direction, is
+            moved to the new conditions' regime (it ran in them: the change came
+            before it); ``False`` leaves it where it was filed (True).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -263,6 +272,9 @@ class AutoByteTuner(Tuner):
         short_horizon_iters: float | None = 100,
         equivalent: bool = True,
         calibrate: bool = True,
+        near_best: float | None = None,
+        min_predicted_gain: float | None = None,
+        refile: bool = True,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -277,7 +289,8 @@ class AutoByteTuner(Tuner):
         self.mover = Mover(min_gain)
         # a trial that the aborter would end costs only its first check (half a window and the warm-up)
         self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
-                                 abort_iters=min(7, trial_iters))
+                                 abort_iters=min(7, trial_iters), near_best=near_best,
+                                 min_predicted_gain=min_predicted_gain)
         self.verifier = Verifier()
         self.verify = bool(verify)
         if short_horizon_iters is not None:
@@ -290,6 +303,7 @@ class AutoByteTuner(Tuner):
         self.remember = bool(remember)
         self.equivalent = bool(equivalent)
         self.calibrate = bool(calibrate)
+        self.refile = bool(refile)
         self._reset()
 
     def _reset(self) -> None:
@@ -297,7 +311,8 @@ class AutoByteTuner(Tuner):
         self._window = 0
         self._last_pred: tuple[Config, np.ndarray, np.ndarray, float] | None = None  # last window's config, predictions, raw log ratios, speed
         self._trial: tuple[Config, float, Config] | None = None  # the trial decided last window: config, prediction, left
-        self._held: tuple[float, float, float, float] | None = None  # a surprising prediction, its measurement, raw log ratio, anchor: not yet judged
+        # a surprising measurement not yet judged: config, prediction, speed, raw log ratio, anchor, window share
+        self._held: tuple[Config, float, float, float, float, float] | None = None
         self._left: Config | None = None  # the configuration the last decision left
         self._last_job: np.ndarray | None = None
         self.errors: list[float] = []  # relative errors of checked predictions
@@ -384,17 +399,20 @@ class AutoByteTuner(Tuner):
         checked = None
         held, self._held = self._held, None
         if held is not None and not obs.regime_changed:
-            self.errors.append(self.scorer.checked(*held))  # the surprise was the predictor's, not a change
+            self.errors.append(self.scorer.checked(*held[1:5]))  # the surprise was the predictor's, not a change
         if last is not None and last[0] != obs.config and obs.config in self.space and not obs.regime_changed:
             k = self.space.index(obs.config)
             checked, raw = float(last[1][k]), float(last[2][k])
             if abs(math.log(obs.speed / checked)) > math.log1p(self.verifier.surprise):
-                self._held = (checked, obs.speed, raw, last[3])  # judged once the verifier has told a change from an error
+                # judged once the verifier has told a change from an error
+                self._held = (obs.config, checked, obs.speed, raw, last[3], obs.window_share)
                 checked = None  # nor does it start an adaptation before then
             else:
                 self.errors.append(self.scorer.checked(checked, obs.speed, raw, last[3]))
         before = self.ledger.current
         regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, obs.window_share)
+        if held is not None and obs.regime_changed and self.refile and held[0] != obs.config:
+            self._refile(held, obs, before, regime)
         if obs.regime_changed:
             self._log_change(obs, before, regime, sc.job.job)
         elif self.ledger.recalled is not None:
@@ -407,6 +425,27 @@ class AutoByteTuner(Tuner):
                       100 * self.learner.trigger.max_error, len(self.learner.rows))
         self.n_decisions += 1
         return sc, regime
+
+    def _refile(self, held: tuple[Config, float, float, float, float, float], obs: Observation, old: Regime, new: Regime) -> None:
+        """A surprising measurement, then a change of conditions seen on another configuration: where it belongs.
+
+        The change happened after ``obs.config``'s last measurement in ``old``,
+        so possibly before the surprising window. When its surprise goes the
+        way the change does (faster than predicted and the conditions got
+        faster, or both slower), that window ran in the new conditions: it is
+        moved from ``old`` to ``new``. Otherwise it stays (the surprise was the
+        predictor's).
+        """
+        cfg, predicted, speed, _, _, weight = held
+        was = old.measured.get(obs.config)
+        if was is None or cfg not in old.measured:
+            return
+        change, surprise = math.log(obs.speed / was[0]), math.log(speed / predicted)
+        if change * surprise <= 0:
+            return
+        self.ledger.refile(cfg, speed, weight, old, new)
+        _log.info("autobyte: %s's %.1f samples/s (predicted %.1f) ran in the new conditions (%s %+.0f%%): "
+                  "moved to regime %d", cfg, speed, predicted, obs.config, 100 * math.expm1(change), new.ident)
 
     def check(self, obs: Observation) -> Decision | None:
         """A check of a window in progress: end a trial this tuner started when it already measures badly."""
@@ -485,7 +524,7 @@ class AutoByteTuner(Tuner):
             "learner": self.learner.state_dict(),
             "mover": self.mover.trigger.state_dict(),
             "trial": None if self._trial is None else [cfg(self._trial[0]), self._trial[1], cfg(self._trial[2])],
-            "held": None if self._held is None else list(self._held),
+            "held": None if self._held is None else [cfg(self._held[0]), *self._held[1:]],
             "last_pred": None if self._last_pred is None else [cfg(self._last_pred[0]), _arr(self._last_pred[1]),
                                                                 _arr(self._last_pred[2]), self._last_pred[3]],
             "left": cfg(self._left),
@@ -526,7 +565,8 @@ class AutoByteTuner(Tuner):
             self._trial = None if t is None else (cfg(t[0]), float(t[1]), cfg(t[2]))  # type: ignore[assignment]
         if "held" in state:
             h = state["held"]
-            self._held = None if h is None else (float(h[0]), float(h[1]), float(h[2]), float(h[3]))
+            # a state saved before the configuration was kept (4 numbers) has nothing to re-file: dropped
+            self._held = None if h is None or len(h) != 6 else (cfg(h[0]), *(float(x) for x in h[1:]))  # type: ignore[assignment]
         if "last_pred" in state:
             t = state["last_pred"]
             self._last_pred = None if t is None else (cfg(t[0]), _unarr(t[1]), _unarr(t[2]), float(t[3]))  # type: ignore[assignment]
