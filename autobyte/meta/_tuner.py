@@ -430,18 +430,20 @@ class AutoByteTuner(Tuner):
         """A surprising measurement, then a change of conditions seen on another configuration: where it belongs.
 
         The change happened after ``obs.config``'s last measurement in ``old``,
-        so possibly before the surprising window. When its surprise goes the
-        way the change does (faster than predicted and the conditions got
-        faster, or both slower), that window ran in the new conditions: it is
-        moved from ``old`` to ``new``. Otherwise it stays (the surprise was the
-        predictor's).
+        so possibly before the surprising window. When the change explains the
+        surprise (the measurement, taken back by the change, is closer to its
+        prediction than it was: the two go the same way, the change less than
+        twice as far), that window ran in the new conditions: it is moved from
+        ``old`` to ``new``. Otherwise it stays: the surprise was the
+        predictor's, and the change came after it (a trial measured 35% slower
+        than predicted, then the link 4x slower, ran before the change).
         """
         cfg, predicted, speed, _, _, weight = held
         was = old.measured.get(obs.config)
         if was is None or cfg not in old.measured:
             return
         change, surprise = math.log(obs.speed / was[0]), math.log(speed / predicted)
-        if change * surprise <= 0:
+        if abs(surprise - change) >= abs(surprise):
             return
         self.ledger.refile(cfg, speed, weight, old, new)
         _log.info("autobyte: %s's %.1f samples/s (predicted %.1f) ran in the new conditions (%s %+.0f%%): "

@@ -250,7 +250,13 @@ def test_scenario_summary_medians_ratios_and_harm():
     assert ab["worst_span"]["median"] == pytest.approx(0.5) and ab["worst_span"]["max"] == pytest.approx(1.1)
     assert ab["worst_span"]["span"] == HARM_SPAN
     assert ab["tuner_cpu_share"] == pytest.approx(0.02)
-    assert "worst_span" not in bs and "tuner_cpu_share" not in bs
+    assert "tuner_cpu_share" not in bs
+    # the default's own repeats against each other: 0 vs 1 alike, 1 vs 2 twice as fast, 2 vs 0 twice as slow
+    assert bs["worst_span"]["self"] is True and [w["ratio"] for w in bs["worst_span"]["per_repeat"]] == [
+        pytest.approx(1.0), pytest.approx(0.5), pytest.approx(2.0)]
+    assert bs["worst_span"]["median"] == pytest.approx(1.0) and bs["worst_span"]["max"] == pytest.approx(2.0)
+    one = summarize_scenario(sc, {"bytescheduler": [_run(0.1)], "autobyte": [_run(0.1)]})
+    assert "worst_span" not in one["methods"]["bytescheduler"]  # one repeat: nothing to compare it with
     assert throughput(_run(0.1), 16) == pytest.approx(320)
 
 
@@ -268,6 +274,8 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
     md = table_md(s)
     assert md.index("### Tuning scenarios") < md.index("| t2 | autobyte |") < md.index("### Held-out scenarios")
     assert "| h1 | autobyte | 256.0 | 256.0-256.0 | 0.800 |  | 0.800 |  |  | 1.250 (max 1.250) |  |" in md  # 25% slower than its start
+    assert "| h1 | bytescheduler | 320.0 | 320.0-320.0 | 1.000 |  | 1.000 |  |  | 1.000 (max 1.000) |  |" in md  # against itself
+    assert "the noise floor of that figure" in md
     write_suite(s, str(tmp_path))
     assert json.loads((tmp_path / "suite_summary.json").read_text())["geomean"]["heldout"]["n_scenarios"] == 1
     assert (tmp_path / "suite_summary.md").read_text() == md

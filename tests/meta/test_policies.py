@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -462,3 +463,95 @@ def test_ledger_state_keeps_the_regime_just_left():
     led.observe(40, C, 45.0, True)  # regime 2: regime 1 left, regime 0's B may be back
     again.observe(40, C, 45.0, True)
     assert again.probe(C) == led.probe(C) == B
+
+
+# ---------------------------------------------------------------- a measurement that ran in other conditions
+def test_ledger_refile_undoes_an_average_and_files_elsewhere():
+    led = Ledger(memory=3)
+    led.observe(10, A, 100.0, False)
+    led.observe(20, A, 130.0, False)  # averaged: 115
+    old = led.current
+    new = led.observe(30, B, 50.0, True)
+    led.refile(A, 130.0, 1.0, old, new)
+    assert old.measured[A][:2] == [pytest.approx(100.0), 1.0]  # the first window alone again
+    assert new.measured[A][:2] == [130.0, 1.0]
+    led.refile(B, 50.0, 1.0, new, None)  # one window: taken out, filed nowhere
+    assert B not in new.measured
+    led.refile(A, 100.0, 1.0, old, new)  # into a regime that has it: averaged there
+    assert A not in old.measured and new.measured[A][:2] == [pytest.approx(115.0), 2.0]
+
+
+def _held_then_change(t: AutoByteTuner, trial_speed: float, after: float):
+    """The tuner measured ``cur``, tried GRID[0] (predicted ~1.2x ``cur``) at ``trial_speed`` x that,
+    went back, and ``cur`` measured ``after`` x its speed (a change of conditions, the detector says)."""
+    cur = t.start(GRID, GRID[4])
+    win = _window(cur, FAST, 0)
+    t.observe(win)
+    base = t.ledger.current.measured[cur][0]
+    t._last_pred = (cur, np.full(len(GRID), base * 1.2), np.zeros(len(GRID)), base)
+    t._trial, t._left = (GRID[0], base * 1.2, cur), cur
+    trial = _window(GRID[0], FAST, 1)
+    d = t.observe(Observation(20, GRID[0], base * trial_speed, trial.features))
+    assert d is not None and d.config == cur and d.reason.startswith(("verify", "rollback")), d  # back to cur either way
+    old = t.ledger.current
+    assert GRID[0] in old.measured
+    t.observe(Observation(30, cur, base * after, win.features, regime_changed=True))
+    return old, t.ledger.current, base
+
+
+def test_a_trial_that_ran_in_the_new_conditions_is_moved_to_them(fresh_net, caplog):
+    t = AutoByteTuner(fresh_net, background=False)
+    with caplog.at_level(logging.INFO, logger="autobyte.meta"):
+        old, new, base = _held_then_change(t, trial_speed=3.0, after=3.2)  # both 3x faster: the trial ran after the change
+    assert old is not new and GRID[0] not in old.measured
+    assert new.measured[GRID[0]][0] == pytest.approx(3.0 * base)
+    assert "ran in the new conditions" in caplog.text
+    kept = AutoByteTuner(fresh_net, background=False, refile=False)
+    old, new, base = _held_then_change(kept, trial_speed=3.0, after=3.2)
+    assert old.measured[GRID[0]][0] == pytest.approx(3.0 * base) and GRID[0] not in new.measured
+
+
+@pytest.mark.parametrize("trial_speed, after", [
+    (3.0, 0.3),  # the trial fast, the conditions then slower
+    (0.7, 0.15),  # the trial 42% slower than predicted, the conditions then 6.7x slower: the change came after it
+])
+def test_a_surprise_the_change_does_not_explain_stays_where_it_was_measured(fresh_net, trial_speed, after):
+    t = AutoByteTuner(fresh_net, background=False)
+    old, new, base = _held_then_change(t, trial_speed=trial_speed, after=after)
+    assert old.measured[GRID[0]][0] == pytest.approx(trial_speed * base) and GRID[0] not in new.measured
+
+
+def test_held_state_round_trips_and_an_old_state_drops_it(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    t.start(GRID, GRID[4])
+    t._held = (GRID[0], 120.0, 300.0, 0.1, 100.0, 0.5)
+    state = json.loads(json.dumps(t.state_dict()))
+    r = AutoByteTuner(fresh_net, background=False)
+    r.start(GRID, GRID[4])
+    r.load_state_dict(state)
+    assert r._held == t._held
+    r.load_state_dict({"held": [120.0, 300.0, 0.1, 100.0]})  # saved before the configuration was kept
+    assert r._held is None
+
+
+# ---------------------------------------------------------------- explorer options
+def test_explorer_trust_region_is_around_configs_measured_near_the_best():
+    # D (256 KiB) is 2 powers of two from A and 4 from B; B was measured but runs far below A
+    measured = {A: 100.0, B: 60.0}
+    assert _explore([100.0, 60.0, 90.0, 150.0], measured, max_distance=2.0)[0] == D
+    assert _explore([100.0, 60.0, 150.0, 90.0], measured, current=A, max_distance=2.0)[0] == C  # C: 2 from B, 4 from A
+    assert _explore([100.0, 60.0, 150.0, 90.0], measured, current=A, max_distance=2.0, near_best=0.1) is None
+
+
+def test_explorer_can_require_a_predicted_gain():
+    # D predicted below the best measured: tried for its uncertainty, unless a predicted gain is required
+    assert _explore([100.0, 90.0, 90.0, 99.0], {A: 100.0}, sigma=0.25, max_distance=3.0)[0] == D
+    assert _explore([100.0, 90.0, 90.0, 99.0], {A: 100.0}, sigma=0.25, max_distance=3.0, min_predicted_gain=0.0) is None
+    assert _explore([100.0, 90.0, 90.0, 110.0], {A: 100.0}, sigma=0.25, min_predicted_gain=0.05)[0] == D
+
+
+@pytest.mark.parametrize("kw, message", [({"near_best": 1.0}, "near_best must be a number in [0, 0.9]"),
+                                         ({"min_predicted_gain": -1.0}, "min_predicted_gain must be a number in [-0.5, 10]")])
+def test_explorer_rejects_bad_options(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Explorer(**kw)
