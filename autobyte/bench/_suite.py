@@ -324,7 +324,7 @@ def table_md(summary: Mapping[str, Any]) -> str:
                 lines.append(f"| {s['name']} | {m} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | "
                              + " | ".join(_ratio(r["vs"].get(ref)) for ref in REFS)
                              + f" | {_harm(ws)} | {'' if cpu is None else f'{100 * cpu:.2f}%'} |")
-        notes = [_configs_line(s) for s in mine if s.get("configs")]
+        notes = [_configs_line(s) for s in mine if {"hindsight", "oracle_phases", "bo"} & set(s.get("configs", {}))]
         if notes:
             lines += ["", "Configs run:", ""] + notes
         g = summary["geomean"].get(tag)

@@ -216,6 +216,11 @@ class Scorer:
         sxx = sum(x * x for x, _ in self.pairs)
         return min(1.0, max(self.min_slope, (sxy + self.prior) / (sxx + self.prior)))
 
+    def downside(self) -> float:
+        """The largest over-prediction among the last pairs, in log units (0 before any, or none over)."""
+        b = self.slope()
+        return max([b * x - y for x, y in self.pairs] + [0.0])
+
     def sigma(self) -> float:
         if self.pairs:
             b = self.slope()
@@ -599,7 +604,7 @@ class Explorer:
 
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
-                misses: int = 0, equivalence: Equivalence | None = None) -> tuple[Config, str] | None:
+                misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0) -> tuple[Config, str] | None:
         """The candidate to try next, with the reason, or ``None`` (no trial pays).
 
         ``misses``: trials in a row in this regime that found nothing faster;
@@ -609,6 +614,10 @@ class Explorer:
         measured member (or the configuration in force) counts as measured,
         distances are taken from all its members, and a class is tried
         through one member (the nearest to what was measured).
+        ``downside``: the largest over-prediction seen on this job (log
+        units); the allowance check takes the truth that far below the
+        prediction when that is further than one error, so a predictor that
+        once missed by 3x explores only with room for such a miss.
         """
         if not measured or misses >= self.max_misses:
             return None
@@ -646,7 +655,7 @@ class Explorer:
         zc = mu_cost / s
         el = s * _norm_pdf(zc) - mu_cost * _norm_cdf(-zc)  # expected log slowdown against the current config
         cost = el * self.trial_iters
-        low = np.maximum(predicted, 1e-12) * np.exp(-s)  # the truth one sigma below the prediction
+        low = np.maximum(predicted, 1e-12) * np.exp(-np.maximum(s, downside))  # one error below, or as far as the worst miss
         iters = np.full(len(predicted), float(self.trial_iters))
         if self.abort_margin is not None:
             # a trial whose truth falls below the abort line runs only abort_iters: the slowdown

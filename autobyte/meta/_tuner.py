@@ -211,7 +211,8 @@ class AutoByteTuner(Tuner):
         explore: try unmeasured candidates at all (True); ``False`` moves only between measured ones.
         remember: recall past regimes when their conditions return (True).
         trial_iters: iterations one trial costs (12: a window of 10 and 2 warm-up iterations).
-        max_distance: powers of two a trial may reach from the nearest measured configuration (3.0).
+        max_distance: powers of two a trial may reach from the nearest measured configuration (2.0; 3.0 before
+            2026-11-26: trials 3 powers beyond a measured partition, at 16-32 KiB, ran 3-4x slower than predicted on real runs).
         verify: re-measure the configuration a trial left when the trial ran
             far from its prediction (True).
         abort_margin: a trial measured at a check more than this below the
@@ -239,6 +240,10 @@ class AutoByteTuner(Tuner):
             conditions seen on another configuration in the same direction, is
             moved to the new conditions' regime (it ran in them: the change came
             before it); ``False`` leaves it where it was filed (True).
+        tail: a trial must fit the guard's allowance even if it falls as far
+            below its prediction as the worst miss measured on this job
+            (:meth:`Scorer.downside <autobyte.meta._policies.Scorer.downside>`;
+            True); ``False``: one demonstrated error below.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -266,7 +271,7 @@ class AutoByteTuner(Tuner):
         explore: bool = True,
         remember: bool = True,
         trial_iters: int = 12,
-        max_distance: float = 3.0,
+        max_distance: float = 2.0,
         verify: bool = True,
         abort_margin: float | None = 0.10,
         short_horizon_iters: float | None = 100,
@@ -275,6 +280,7 @@ class AutoByteTuner(Tuner):
         near_best: float | None = None,
         min_predicted_gain: float | None = None,
         refile: bool = True,
+        tail: bool = True,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -304,6 +310,7 @@ class AutoByteTuner(Tuner):
         self.equivalent = bool(equivalent)
         self.calibrate = bool(calibrate)
         self.refile = bool(refile)
+        self.tail = bool(tail)
         self._reset()
 
     def _reset(self) -> None:
@@ -366,7 +373,7 @@ class AutoByteTuner(Tuner):
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
                                               self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
-                                              self.scorer.equivalence)
+                                              self.scorer.equivalence, self.scorer.downside() if self.tail else 0.0)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
@@ -430,20 +437,20 @@ class AutoByteTuner(Tuner):
         """A surprising measurement, then a change of conditions seen on another configuration: where it belongs.
 
         The change happened after ``obs.config``'s last measurement in ``old``,
-        so possibly before the surprising window. When the change explains the
-        surprise (the measurement, taken back by the change, is closer to its
-        prediction than it was: the two go the same way, the change less than
-        twice as far), that window ran in the new conditions: it is moved from
-        ``old`` to ``new``. Otherwise it stays: the surprise was the
-        predictor's, and the change came after it (a trial measured 35% slower
-        than predicted, then the link 4x slower, ran before the change).
+        so possibly before the surprising window. When the change accounts for
+        the surprise (the measurement, taken back by the change, is no longer a
+        surprise: within the verifier's ``surprise`` of its prediction), that
+        window ran in the new conditions: it is moved from ``old`` to ``new``.
+        Otherwise it stays: the surprise was the predictor's, and the change
+        came after it (a trial 3.8x slower than predicted, then the link 6x
+        slower: 0.45 in log units remain, more than log 1.5).
         """
         cfg, predicted, speed, _, _, weight = held
         was = old.measured.get(obs.config)
         if was is None or cfg not in old.measured:
             return
         change, surprise = math.log(obs.speed / was[0]), math.log(speed / predicted)
-        if abs(surprise - change) >= abs(surprise):
+        if abs(surprise - change) > math.log1p(self.verifier.surprise):
             return
         self.ledger.refile(cfg, speed, weight, old, new)
         _log.info("autobyte: %s's %.1f samples/s (predicted %.1f) ran in the new conditions (%s %+.0f%%): "

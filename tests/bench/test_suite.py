@@ -276,6 +276,8 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
     assert "| h1 | autobyte | 256.0 | 256.0-256.0 | 0.800 |  | 0.800 |  |  | 1.250 (max 1.250) |  |" in md  # 25% slower than its start
     assert "| h1 | bytescheduler | 320.0 | 320.0-320.0 | 1.000 |  | 1.000 |  |  | 1.000 (max 1.000) |  |" in md  # against itself
     assert "the noise floor of that figure" in md
+    only_default = [dict(scen_rows[0], configs={"bytescheduler": [4000000, 16000000]})]
+    assert "Configs run" not in table_md(summarize_suite("x", 2, only_default))  # nothing else ran: no empty line
     write_suite(s, str(tmp_path))
     assert json.loads((tmp_path / "suite_summary.json").read_text())["geomean"]["heldout"]["n_scenarios"] == 1
     assert (tmp_path / "suite_summary.md").read_text() == md
