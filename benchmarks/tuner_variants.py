@@ -3,6 +3,11 @@
 ``OMP_NUM_THREADS=1 python benchmarks/bench_tuner_sim.py --set tune --import tuner_variants
 --tuners autobyte,autobyte-no-equivalence,autobyte-no-calibration,autobyte-neither --adapt-time-s 60``
 (the script's folder is on ``sys.path``, so ``--import tuner_variants`` finds this file).
+
+On real runs, beside AutoByte in one command (docs/benchmarks.md, 7.5):
+``sudo autobyte bench --suite full --import benchmarks/tuner_variants.py --methods
+bytescheduler,hindsight,autobyte,tuner:autobyte-stop22``. ``autobyte-stop22`` is the tuner as it was
+on 2026-11-25 (no refiling, no tail, trials 3 powers of two away); the others switch one policy.
 """
 
 from __future__ import annotations
@@ -25,13 +30,17 @@ def _variant(**fixed: Any) -> Callable[..., Tuner]:
 register_tuner("autobyte-no-equivalence", _variant(equivalent=False))
 register_tuner("autobyte-no-calibration", _variant(calibrate=False))
 register_tuner("autobyte-neither", _variant(equivalent=False, calibrate=False))
-register_tuner("autobyte-near", _variant(near_best=0.10))
-register_tuner("autobyte-gain", _variant(min_predicted_gain=0.0))
-register_tuner("autobyte-near-gain", _variant(near_best=0.10, min_predicted_gain=0.0))
-register_tuner("autobyte-near-gain-d2", _variant(near_best=0.10, min_predicted_gain=0.0, max_distance=2.0))
+# measured on 2026-11-26 (docs/evaluation.md), each as it ran then: the tuner of 2026-11-25 plus one change
+_STOP22 = dict(refile=False, tail=False, max_distance=3.0)
+register_tuner("autobyte-stop22", _variant(**_STOP22))
+register_tuner("autobyte-near", _variant(**_STOP22, near_best=0.10))
+register_tuner("autobyte-gain", _variant(**_STOP22, min_predicted_gain=0.0))
+register_tuner("autobyte-near-gain", _variant(**_STOP22, near_best=0.10, min_predicted_gain=0.0))
+register_tuner("autobyte-near-gain-d2", _variant(**dict(_STOP22, max_distance=2.0), near_best=0.10, min_predicted_gain=0.0))
+# with refiling, before tail existed
+register_tuner("autobyte-d2", _variant(tail=False, max_distance=2.0))
+register_tuner("autobyte-near-d2", _variant(tail=False, max_distance=2.0, near_best=0.10))
+register_tuner("autobyte-near-d1", _variant(tail=False, max_distance=1.0, near_best=0.10))
+# the tuner of today with one policy off
 register_tuner("autobyte-no-refile", _variant(refile=False))
-register_tuner("autobyte-near-d2", _variant(near_best=0.10, max_distance=2.0))
-register_tuner("autobyte-near-d1", _variant(near_best=0.10, max_distance=1.0))
-register_tuner("autobyte-d2", _variant(max_distance=2.0))
 register_tuner("autobyte-no-tail", _variant(tail=False))
-register_tuner("autobyte-stop22", _variant(refile=False, tail=False, max_distance=3.0))
