@@ -176,7 +176,9 @@ class AutoByteTuner(Tuner):
     5. :class:`~autobyte.meta._policies.Verifier` re-measures the
        configuration a trial left when the trial ran far from its prediction,
        so a change of conditions at that moment is not taken for the trial's
-       speed (the detector sees it on the configuration re-measured).
+       speed (the detector sees it on the configuration re-measured); when the
+       change accounts for the trial's surprise, the trial's measurement is
+       moved to the new conditions' regime (``refile``).
     6. :class:`~autobyte.meta._policies.Explorer` tries the unmeasured
        candidate whose expected gain over the time left in this regime
        (recurrences included) most exceeds the trial's expected cost, inside
@@ -237,9 +239,11 @@ class AutoByteTuner(Tuner):
         min_predicted_gain: a trial's prediction must beat the best measured
             in the regime by this much (``None``: the expected improvement alone decides).
         refile: a measurement far from its prediction, followed by a change of
-            conditions seen on another configuration in the same direction, is
-            moved to the new conditions' regime (it ran in them: the change came
-            before it); ``False`` leaves it where it was filed (True).
+            conditions seen on another configuration that accounts for it (the
+            measurement divided by the change is within the verifier's 50% of
+            its prediction), is moved to the new conditions' regime (it ran in
+            them: the change came before it); ``False`` leaves it where it was
+            filed (True).
         tail: a trial must fit the guard's allowance even if it falls as far
             below its prediction as the worst miss measured on this job
             (:meth:`Scorer.downside <autobyte.meta._policies.Scorer.downside>`;
