@@ -7,6 +7,7 @@ worker OUT SPEC_JSON``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -92,11 +93,13 @@ def test_ready_times_follow_the_order_the_arrays_are_written() -> None:
     ops = _ops()
     arrays = [mx.nd.zeros((3,)) for _ in range(4)]
     mx.nd.waitall()
-    held: list[Any] = []
-    for a in arrays:
-        ops.push(held.append, mutable=[a])
+    # each write's completion kept under its array's index: the engine may start the four
+    # independent writes in any order (appending them made held[k] some other array's, now and then)
+    held: list[Any] = [None] * 4
+    for k, a in enumerate(arrays):
+        ops.push(functools.partial(held.__setitem__, k), mutable=[a])
     deadline = time.monotonic() + 5
-    while len(held) < 4 and time.monotonic() < deadline:
+    while any(h is None for h in held) and time.monotonic() < deadline:
         time.sleep(0.01)
 
     def release() -> None:  # written in the order 2, 0, 3, 1
