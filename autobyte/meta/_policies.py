@@ -342,9 +342,14 @@ class Ledger:
         if m is None or r.windows - m[2] > self.stale_windows:
             r.measured[config] = [speed, float(weight), float(r.windows)]
         else:
-            n = min(m[1], self.memory - 1)
-            r.measured[config] = [(m[0] * n + speed * weight) / (n + weight), m[1] + weight, float(r.windows)]
+            r.measured[config] = [self._join(m, speed, weight), m[1] + weight, float(r.windows)]
         return r
+
+    def _join(self, m: list[float], speed: float, weight: float) -> float:
+        """The average of measurement ``m`` (``[speed, windows, ...]``) with ``speed`` over ``weight`` windows
+        more: the last ``memory`` windows count, so slow drift is followed."""
+        n = min(m[1], self.memory - 1)
+        return (m[0] * n + speed * weight) / (n + weight)
 
     def refile(self, config: Config, speed: float, weight: float, src: Regime, dst: Regime | None) -> None:
         """Take one measurement (``config`` at ``speed``, ``weight`` windows) out of ``src``; file it in ``dst``.
@@ -358,7 +363,7 @@ class Ledger:
             rest = m[1] - weight
             if rest <= 1e-9:
                 del src.measured[config]
-            else:
+            else:  # _join's average, solved for the speed before it
                 n = min(rest, self.memory - 1)
                 m[0] = max(1e-12, (m[0] * (n + weight) - speed * weight) / n)
                 m[1] = rest
@@ -367,8 +372,7 @@ class Ledger:
             if d is None:
                 dst.measured[config] = [speed, float(weight), float(dst.windows)]
             else:
-                n = min(d[1], self.memory - 1)
-                dst.measured[config] = [(d[0] * n + speed * weight) / (n + weight), d[1] + weight, d[2]]
+                dst.measured[config] = [self._join(d, speed, weight), d[1] + weight, d[2]]
 
     def _recall(self, config: Config, speed: float) -> None:
         young = self.current
