@@ -70,7 +70,7 @@ import numpy as np  # noqa: E402
 from autobyte import sim
 from autobyte.core import make_tuner
 from autobyte.core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
-from autobyte.core.tuners import _REGISTRY, tuner_names
+from autobyte.core.tuners import _REGISTRY, import_tuners, tuner_names
 from autobyte.core.tuning import Decision, Observation, Tuner
 from autobyte.meta._evaluate import CHECK, WINDOW, run_tuner
 
@@ -597,7 +597,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--set", dest="set_name", choices=[*SETS, "both"], default="both", help="scenario seed set (default both)")
     ap.add_argument("--tuners", default=DEFAULT_TUNERS, help=f"comma-separated registry names (default {DEFAULT_TUNERS})")
     ap.add_argument("--import", dest="imports", default=None,
-                    help="comma-separated modules to import first (ones that call autobyte.core.register_tuner)")
+                    help="comma-separated modules or .py files to import first (ones that call autobyte.core.register_tuner)")
     ap.add_argument("--quick", action="store_true", help=f"{N_QUICK} scenarios per set instead of {N_DEFAULT}")
     ap.add_argument("--n", type=int, default=None, help="scenarios per set (overrides --quick)")
     ap.add_argument("--only", default=None, help="comma-separated scenario indices to run")
@@ -610,11 +610,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                     help=f"wall-clock budget of one online adaptation, for tuners that take adapt_time_s (default {ADAPT_TIME_S:g}: "
                          "the epoch cap binds, not the machine's load; 1.0 is the product's default)")
     a = ap.parse_args(argv)
-    for mod in [m.strip() for m in (a.imports or "").split(",") if m.strip()]:
-        try:
-            importlib.import_module(mod)
-        except Exception as exc:  # any failure to import is the user's argument
-            _fail(f"--import: cannot import {mod!r} ({type(exc).__name__}: {exc})".replace("\n", " "))
+    try:
+        import_tuners([m.strip() for m in (a.imports or "").split(",") if m.strip()])
+    except ValueError as exc:  # any failure to import is the user's argument
+        _fail(f"--import: {exc}")
     names = [t.strip() for t in a.tuners.split(",") if t.strip()]
     if not names:
         _fail(f"--tuners must name at least one tuner of {tuner_names()}, but got {a.tuners!r}")
