@@ -238,12 +238,11 @@ def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mappin
                 worst.append({"ratio": ratio, "first_iteration": its[at]["iteration"] if its else at})
             row["worst_span"] = {"span": HARM_SPAN, "per_repeat": worst,
                                  "median": statistics.median(w["ratio"] for w in worst), "max": max(w["ratio"] for w in worst)}
-        own = runs[m]
-        if m == "bytescheduler" and len(own) > 1:
+        if m == "bytescheduler" and len(runs[m]) > 1:
             # the start config against its own next repeat: how far two runs of one static config
             # differ over their worst span, the noise floor of the tuners' figure above
-            noise = [worst_span_ratio([x["seconds"] for x in own[r]], [x["seconds"] for x in own[(r + 1) % len(own)]])[0]
-                     for r in range(len(own))]
+            secs = [[x["seconds"] for x in its] for its in runs[m]]
+            noise = [worst_span_ratio(secs[r], secs[(r + 1) % len(secs)])[0] for r in range(len(secs))]
             row["worst_span"] = {"span": HARM_SPAN, "self": True, "per_repeat": [{"ratio": x} for x in noise],
                                  "median": statistics.median(noise), "max": max(noise)}
         shares = [mt["tuner_cpu_s"] / mt["wall_s"] for mt in (meta or {}).get(m, [])

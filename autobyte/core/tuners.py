@@ -11,6 +11,7 @@ meta-network tuner lives in :mod:`autobyte.meta` and is only imported when
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import math
 import os
@@ -340,8 +341,6 @@ def import_tuners(sources: Sequence[str]) -> list[str]:
         ValueError: a source that is not a string, a file that does not
             exist, or a module that fails to import (the error is in the message).
     """
-    import importlib.util
-
     before = set(_REGISTRY)
     for src in sources:
         if not isinstance(src, str) or not src.strip():
