@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..core.metrics import ARCHITECTURES
 from ..core.space import Config, KiB, MiB
 
 #: Link rates of the full grid, Mbit/s; the last one stands for "no limit".
@@ -193,14 +194,20 @@ class SimParams:
         """Simulated link rate for a shaped rate: TCP/gloo goodput (``efficiency``) in series with a per-byte CPU cost (``cap_Bps``)."""
         return 1.0 / (1.0 / (self.efficiency * rate_mbit * 1e6 / 8) + 1.0 / self.cap_Bps)
 
-    def cluster(self, rate_mbit: float, n_workers: int = 2) -> Any:
-        """The calibrated :class:`autobyte.sim.Cluster` for links shaped at ``rate_mbit`` (jitter off)."""
+    def cluster(self, rate_mbit: float, n_workers: int = 2, *, arch: str = "allreduce") -> Any:
+        """The calibrated :class:`autobyte.sim.Cluster` for links shaped at ``rate_mbit`` (jitter off).
+
+        ``update_Bps`` is the rate of the optimizer's update wherever it runs: on
+        the workers for ``arch="allreduce"``, on the servers (their
+        ``ps_aggregate_Bps``: sum of the pushes + update) for ``arch="ps"``.
+        """
         from ..sim import Cluster
 
         bw = self.link_Bps(rate_mbit)
-        return Cluster(n_workers, "allreduce", bw_up_Bps=bw, bw_down_Bps=bw, latency_s=self.latency_s,
+        extra = {"ps_aggregate_Bps": self.update_Bps} if arch == "ps" else {}
+        return Cluster(n_workers, arch, bw_up_Bps=bw, bw_down_Bps=bw, latency_s=self.latency_s,
                        per_message_s=self.per_message_s, compute_scale=self.compute_scale, jitter=0.0,
-                       update_Bps=self.update_Bps, contention=self.contention)
+                       update_Bps=self.update_Bps, contention=self.contention, **extra)
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.__dict__.items()}
@@ -237,11 +244,12 @@ def model_profile(profile: dict[str, Any], *, name: str = "cnn-3.4M") -> Any:
                         device="cpu", layer_names=tuple(profile.get("layer_names", ())))
 
 
-def simulate_iter_s(model: Any, params: SimParams, rate_mbit: float, config: Config, *, n_iters: int = 3) -> float:
-    """Steady-state simulated iteration time (seconds) at ``rate_mbit`` under ``config``."""
+def simulate_iter_s(model: Any, params: SimParams, rate_mbit: float, config: Config, *, n_iters: int = 3,
+                    arch: str = "allreduce") -> float:
+    """Steady-state simulated iteration time (seconds) of 2 workers at ``rate_mbit`` under ``config`` (``arch``: ``"allreduce"`` or ``"ps"``)."""
     from ..sim import simulate
 
-    r = simulate(model, params.cluster(rate_mbit), config, n_iters=n_iters, warmup_iters=2)
+    r = simulate(model, params.cluster(rate_mbit, arch=arch), config, n_iters=n_iters, warmup_iters=2)
     return float(np.mean(r.iter_time_s))
 
 
@@ -253,19 +261,24 @@ def fit(
     start: SimParams | None = None,
     n_starts: int = 3,
     seed: int = 0,
+    arch: str = "allreduce",
 ) -> tuple[SimParams, dict[str, Any]]:
     """Least squares on ``log(sim) - log(measured)`` over ``points`` ``(rate_mbit, config, iter_s)``.
 
     Parameters are fitted in log space within :data:`PARAMS`' bounds, from
     ``start`` and ``n_starts - 1`` seeded random starts; the best is kept.
+    ``arch`` is the architecture simulated (``"allreduce"`` or ``"ps"``, see
+    :meth:`SimParams.cluster`).
 
     Raises:
-        ValueError: no point, or an unknown parameter in ``free``.
+        ValueError: no point, an unknown parameter in ``free``, an unknown ``arch``.
     """
     from scipy.optimize import least_squares
 
     if not points:
         raise ValueError("points must hold at least one (rate_mbit, config, iter_s), but got none.")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"arch must be one of {ARCHITECTURES}, but got arch={arch!r}.")
     unknown = [p for p in free if p not in PARAMS]
     if unknown:
         raise ValueError(f"free must name parameters of {tuple(PARAMS)}, but got {unknown}.")
@@ -282,7 +295,7 @@ def fit(
 
     def resid(x: np.ndarray) -> np.ndarray:
         p = make(x)
-        return np.log([simulate_iter_s(model, p, r, c) for r, c, _ in points]) - y
+        return np.log([simulate_iter_s(model, p, r, c, arch=arch) for r, c, _ in points]) - y
 
     rng = np.random.default_rng(seed)
     x0s = [np.clip(np.log([getattr(base, p) for p in free]), lo + 1e-9, hi - 1e-9)]
@@ -298,7 +311,7 @@ def fit(
             best = res
     assert best is not None
     info = {"rms_log_error": float(np.sqrt(np.mean(best.fun ** 2))), "n_points": len(points), "n_starts": len(x0s),
-            "n_evaluations": n_eval, "cpu_s": round(time.process_time() - t0, 1), "free": free}
+            "n_evaluations": n_eval, "cpu_s": round(time.process_time() - t0, 1), "free": free, "arch": arch}
     return make(best.x), info
 
 
