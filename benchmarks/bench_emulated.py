@@ -13,6 +13,14 @@ Subcommands (each makes one figure of ``docs/evaluation.md`` / ``docs/emulation.
         the grid runs, judged on the trace runs not used to fit it (and
         fitted on one rate, judged on the other)
 
+    python benchmarks/bench_emulated.py compare-ps RUN_DIR [--heldout-run DIR ...] [--compute-scale 10] [--out DIR]
+        the same error for the parameter server: RUN_DIR is an ``autobyte bench
+        --arch ps`` output (``benchmarks/bench_ps_emu.py``); fitted on its grid
+        points (and on the high rate's only), judged on its static trace runs'
+        per-rate settled medians and on every point of each --heldout-run;
+        ``dist_sync`` (MXNet's own path, which the simulator has no model of) is
+        simulated as <25 MiB, unlimited credit> and reported apart
+
     sudo python benchmarks/bench_emulated.py distortion --out DIR [--rates 300,1000] [--workers 2,4]
         the same emulated model and rate with 2 and 4 workers (real testbed),
         a few configs each: measured vs simulated, process CPU and load average
@@ -31,7 +39,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -41,7 +49,7 @@ sys.path.insert(0, ROOT)
 
 from autobyte.bench.calibrate import SimParams, fit, simulate_iter_s  # noqa: E402
 from autobyte.bench.emulation import Emulation  # noqa: E402
-from autobyte.core import BYTESCHEDULER_DEFAULT, Config  # noqa: E402
+from autobyte.core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config  # noqa: E402
 
 CALIB = os.path.join(ROOT, "docs", "figures", "calib_params.json")
 #: Parameters fitted on emulated runs (the profile's compute is exact; ``compute_scale`` absorbs the host's slow-down).
@@ -69,12 +77,12 @@ def sim_ddp_iter_s(prof: Any, params: SimParams, rate: float, n_workers: int = 2
     return float(np.mean(simulate_ddp(prof, params.cluster(rate, n_workers), 25, n_iters=3).iter_time_s))
 
 
-def sim_iter_s(prof: Any, params: SimParams, rate: float, cfg: Config, n_workers: int = 2) -> float:
+def sim_iter_s(prof: Any, params: SimParams, rate: float, cfg: Config, n_workers: int = 2, arch: str = "allreduce") -> float:
     if n_workers == 2:
-        return simulate_iter_s(prof, params, rate, cfg)
+        return simulate_iter_s(prof, params, rate, cfg, arch=arch)
     from autobyte.sim import simulate
 
-    return float(np.mean(simulate(prof, params.cluster(rate, n_workers), cfg, n_iters=3, warmup_iters=2).iter_time_s))
+    return float(np.mean(simulate(prof, params.cluster(rate, n_workers, arch=arch), cfg, n_iters=3, warmup_iters=2).iter_time_s))
 
 
 # -------------------------------------------------------------------------------- sleep
@@ -136,26 +144,34 @@ def _trace_rates(sc: dict[str, Any]) -> list[tuple[int, float]]:
     return [(int(n), _rate(k)) for n, k in sc["phases"]]
 
 
+def _settled_medians(records: Iterable[tuple[str, int, float, int, float]]) -> dict[str, dict[float, list[float]]]:
+    """Per method and rate: each repeat's median iteration time over the settled iterations of that rate's phases.
+
+    ``records`` are ``(method, repeat, rate_mbit, iterations since its phase began, seconds)``; the first
+    :data:`SETTLE` iterations of every phase (the switch's transient) are dropped.
+    """
+    rows: dict[tuple[str, int, float], list[float]] = {}
+    for m, rep, rate, since, secs in records:
+        if since >= SETTLE:
+            rows.setdefault((m, rep, rate), []).append(secs)
+    out: dict[str, dict[float, list[float]]] = {}
+    for (m, _rep, rate), v in sorted(rows.items()):
+        out.setdefault(m, {}).setdefault(rate, []).append(statistics.median(v))
+    return out
+
+
 def _measured_static(run_dir: str, sc: dict[str, Any]) -> dict[str, dict[float, list[float]]]:
-    """Per static method and rate: each repeat's median iteration time over the settled iterations of that rate's phases."""
+    """:func:`_settled_medians` of a suite scenario's ``iterations.csv`` (phases from the scenario's trace)."""
     import csv
 
     starts, k = [], 0
     for n, _ in _trace_rates(sc):
         starts.append(k)
         k += n
-    out: dict[str, dict[float, list[float]]] = {}
-    rows: dict[tuple[str, int, float], list[float]] = {}
     with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
-        for r in csv.DictReader(f):
-            it = int(r["iteration"])
-            s = max(s for s in starts if s <= it)
-            if it - s < SETTLE:
-                continue
-            rows.setdefault((r["method"], int(r["repeat"]), _rate(r["condition"])), []).append(float(r["seconds"]))
-    for (m, _rep, rate), secs in sorted(rows.items()):
-        out.setdefault(m, {}).setdefault(rate, []).append(statistics.median(secs))
-    return out
+        recs = [(r["method"], int(r["repeat"]), _rate(r["condition"]), int(r["iteration"]) - max(s for s in starts if s <= int(r["iteration"])),
+                 float(r["seconds"])) for r in csv.DictReader(f)]
+    return _settled_medians(recs)
 
 
 def _tuner_configs(run_dir: str, sc: dict[str, Any]) -> dict[str, list[list[tuple[float, Config]]]]:
@@ -350,6 +366,173 @@ def compare_md(sc: dict[str, Any], res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -------------------------------------------------------------------------------- compare-ps
+#: Stands in for MXNet's own unscheduled path (``dist_sync``), which the simulator has no model of: the scheduled
+#: engine's operating point of a whole layer per message, no credit limit (``benchmarks/bench_ps_emu_sim.py``'s baseline).
+DIST_SYNC_STAND_IN = DDP_DEFAULT
+#: Trace runs of a PS bench whose config is fixed at each rate: their per-rate settled medians are held-out points.
+PS_STATIC = ("bytescheduler", "bo", "hindsight", "oracle")
+
+
+def read_ps_run(run_dir: str) -> dict[str, Any]:
+    """The measured points of an ``autobyte bench --arch ps`` output directory.
+
+    Returns ``model`` and ``batch_size`` (the ranks'), ``grid``: one ``(rate_mbit, Config, iter_s)`` per grid point
+    (iteration time from its samples/s), ``trace``: per method of :data:`PS_STATIC` and ``dist_sync`` that ran, one
+    ``(rate_mbit, Config or None, iter_s)`` per rate (:func:`_settled_medians`; ``None``: dist_sync's own path).
+
+    Raises:
+        ValueError: ``run_dir`` holds no ``summary.json`` of a PS bench, or no ``iterations.csv``.
+    """
+    import csv
+    import glob
+
+    path = os.path.join(run_dir, "summary.json")
+    summary = None
+    if os.path.isfile(path):
+        with open(path) as f:
+            summary = json.load(f)
+    if not isinstance(summary, dict) or summary.get("arch") != "ps" or "grid" not in summary \
+            or not os.path.isfile(os.path.join(run_dir, "iterations.csv")):
+        raise ValueError("run_dir must be an 'autobyte bench --arch ps' output (summary.json with arch 'ps' and its grid, "
+                         f"iterations.csv), but got run_dir={run_dir!r}.")
+    ranks = sorted(glob.glob(os.path.join(run_dir, "*", "rank0.json")))
+    with open(ranks[0]) as f:
+        rank = json.load(f)
+    by_method: dict[str, list[dict[str, str]]] = {}
+    with open(os.path.join(run_dir, "iterations.csv")) as f:
+        for r in csv.DictReader(f):
+            by_method.setdefault(r["method"], []).append(r)
+    samples = round(statistics.median(float(r["seconds"]) * float(r["samples_per_s"]) for rs in by_method.values() for r in rs))
+    recs, configs = [], {}
+    for m, rs in by_method.items():
+        if m not in PS_STATIC and m != "dist_sync":
+            continue
+        rs.sort(key=lambda r: int(r["iteration"]))
+        start = 0
+        for i, r in enumerate(rs):
+            if i and r["rate_mbit"] != rs[i - 1]["rate_mbit"]:
+                start = i
+            rate = float(r["rate_mbit"])
+            recs.append((m, 0, rate, i - start, float(r["seconds"])))
+            cfg = None if m == "dist_sync" else Config(int(r["partition_bytes"]), int(r["credit_bytes"]))
+            if i - start >= SETTLE and configs.setdefault((m, rate), cfg) != cfg:
+                raise ValueError(f"{m} ran several configs at {rate:g} Mbit/s in {run_dir!r}; it is not a static method.")
+    trace = {m: [(rate, configs[(m, rate)], statistics.median(v)) for rate, v in per_rate.items()]
+             for m, per_rate in _settled_medians(recs).items()}
+    grid = [(float(rk), Config(int(p), int(c)), samples / sps) for rk, g in summary["grid"].items() for p, c, sps in g]
+    return {"run": run_dir, "model": rank["model"], "batch_size": int(rank["batch_size"]), "samples": samples, "grid": grid, "trace": trace}
+
+
+def _mape_of(pts: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    ape = [_ape(p[key], p["measured_s"]) for p in pts]
+    return {"mape": float(np.mean(ape)) if ape else None, "max_ape": float(max(ape)) if ape else None, "n": len(ape)}
+
+
+#: The groups of points :func:`cmd_compare_ps` reports, each a filter on a point: (name, label, filter).
+PS_GROUPS: tuple[tuple[str, str, Any], ...] = (
+    ("fit", "grid points of run 1 (fit set)", lambda p: p["run_index"] == 0 and p["set"] == "grid"),
+    ("trace_run1", "static trace runs of run 1 (held out)", lambda p: p["run_index"] == 0 and p["set"] == "trace"),
+    ("run2", "second run: grid + static trace runs (held out)", lambda p: p["run_index"] > 0 and p["set"] != "dist_sync"),
+    ("heldout", "all held-out scheduled points", lambda p: not (p["run_index"] == 0 and p["set"] == "grid") and p["set"] != "dist_sync"),
+    ("off_grid", "held-out configs not on the grid (ByteScheduler's default, BO's)", lambda p: p["set"] == "trace" and not p["on_fit_grid"]),
+    ("dist_sync", "dist_sync trace runs, both runs (stand-in <25 MiB, unlimited>)", lambda p: p["set"] == "dist_sync"),
+)
+
+
+def cmd_compare_ps(args: argparse.Namespace) -> None:
+    runs = [read_ps_run(d) for d in [args.run, *args.heldout_run]]
+    for r in runs[1:]:
+        if (r["model"], r["batch_size"]) != (runs[0]["model"], runs[0]["batch_size"]):
+            raise ValueError(f"--heldout-run must run the same model and batch as run={args.run!r} "
+                             f"({runs[0]['model']}, batch {runs[0]['batch_size']}), but got {r['run']!r} ({r['model']}, batch {r['batch_size']}).")
+    prof = Emulation(runs[0]["model"], args.compute_scale, runs[0]["batch_size"]).scaled_profile()
+    points: list[dict[str, Any]] = []
+    for k, run in enumerate(runs):
+        for r, c, m in run["grid"]:
+            points.append({"run_index": k, "run": run["run"], "set": "grid", "method": "grid", "rate_mbit": r, "config": c, "measured_s": m})
+        for meth, pts in run["trace"].items():
+            for r, c, m in pts:
+                points.append({"run_index": k, "run": run["run"], "set": "dist_sync" if c is None else "trace", "method": meth,
+                               "rate_mbit": r, "config": c, "measured_s": m})
+    fit_pts = [(p["rate_mbit"], p["config"], p["measured_s"]) for p in points if p["run_index"] == 0 and p["set"] == "grid"]
+    on_grid = {(r, c): m for r, c, m in fit_pts}
+    for p in points:
+        p["on_fit_grid"] = (p["rate_mbit"], p["config"]) in on_grid
+    # the runs' own repeatability: run 1's grid measurement taken as the prediction of a later run's same grid point
+    repeat = [{"measured_s": p["measured_s"], "run1_s": on_grid[(p["rate_mbit"], p["config"])]}
+              for p in points if p["run_index"] > 0 and p["set"] == "grid" and p["on_fit_grid"]]
+    hi = max(r for r, _, _ in fit_pts)
+    base = base_params()
+    t0 = time.process_time()
+    fitted, info = fit(prof, fit_pts, free=FREE, start=base, n_starts=2, arch="ps")
+    fitted_hi, info_hi = fit(prof, [p for p in fit_pts if p[0] == hi], free=FREE, start=base, n_starts=2, arch="ps")
+    fit_cpu = time.process_time() - t0
+    param_sets = {"calibration_cnn": base, "fitted_on_grids": fitted, "fitted_on_high_rate_grid": fitted_hi}
+    for p in points:
+        for name, params in param_sets.items():
+            p[f"sim_{name}_s"] = sim_iter_s(prof, params, p["rate_mbit"], p["config"] or DIST_SYNC_STAND_IN, arch="ps")
+    errors: dict[str, dict[str, Any]] = {}
+    for name in param_sets:
+        errors[name] = {g: _mape_of([p for p in points if f(p)], f"sim_{name}_s") for g, _label, f in PS_GROUPS}
+    low_grid = [p for p in points if p["run_index"] == 0 and p["set"] == "grid" and p["rate_mbit"] != hi]
+    errors["fitted_on_high_rate_grid"]["run1_low_rate_grid"] = _mape_of(low_grid, "sim_fitted_on_high_rate_grid_s")
+    errors["repeat_run1_grid_as_prediction"] = _mape_of(repeat, "run1_s")
+    for p in points:
+        c = p["config"]
+        p["config"] = None if c is None else [c.partition_bytes, c.credit_bytes]
+    res = {"runs": [r["run"] for r in runs], "model": runs[0]["model"], "compute_scale": args.compute_scale,
+           "batch_size": runs[0]["batch_size"], "arch": "ps", "settle_iters": SETTLE,
+           "dist_sync_stand_in": [DIST_SYNC_STAND_IN.partition_bytes, DIST_SYNC_STAND_IN.credit_bytes],
+           "fit": {"free": list(FREE), "params": fitted.to_dict(), "info": info, "params_high_rate_only": fitted_hi.to_dict(),
+                   "info_high_rate_only": info_hi, "high_rate_mbit": hi, "cpu_s": fit_cpu},
+           "calibration_params": base.to_dict(), "groups": {g: label for g, label, _f in PS_GROUPS}, "errors": errors, "points": points}
+    out_dir = args.out or args.run
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "ps_sim_vs_real.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    md = compare_ps_md(res)
+    with open(os.path.join(out_dir, "ps_sim_vs_real.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+def compare_ps_md(res: dict[str, Any]) -> str:
+    e = res["errors"]
+    names = list(res["groups"])
+    lines = [f"Parameter server, {res['model']} at compute scale {res['compute_scale']:g}, batch {res['batch_size']}, 2 workers; "
+             f"run 1 `{res['runs'][0]}`" + "".join(f", run {k + 2} `{r}`" for k, r in enumerate(res["runs"][1:])) + ".", "",
+             "Simulator iteration-time error (mean absolute percentage error; number of points; largest error):", "",
+             "| simulator parameters | " + " | ".join(res["groups"][g] for g in names) + " |", "|---|" + "---:|" * len(names)]
+    for name, label in (("calibration_cnn", "CNN calibration, not refitted"), ("fitted_on_grids", "fitted on run 1's grids, both rates"),
+                        ("fitted_on_high_rate_grid", f"fitted on run 1's {res['fit']['high_rate_mbit']:g} Mbit/s grid only")):
+        lines.append(f"| {label} | " + " | ".join(f"{_pct(e[name][g]['mape'])} ({e[name][g]['n']}; max {_pct(e[name][g]['max_ape'])})"
+                                                  for g in names) + " |")
+    x = e["fitted_on_high_rate_grid"]["run1_low_rate_grid"]
+    lines += ["", "Run 2 is a separate launch of the same set-up: its grid has run 1's configs, measured again. "
+                  f"In the last row, run 1's grid column holds that fit's {res['fit']['info_high_rate_only']['n_points']} high-rate "
+                  "points and the low-rate ones it did not see.",
+              "", f"Fitted on the high rate's grid only, run 1's low-rate grid points (not used to fit) are off by "
+                  f"{_pct(x['mape'])} on average ({x['n']} points; largest {_pct(x['max_ape'])}).", ""]
+    x = e["repeat_run1_grid_as_prediction"]
+    if x["n"]:
+        lines += [f"Repeatability: run 1's measured grid taken as the prediction of the later runs' same grid points is off by "
+                  f"{_pct(x['mape'])} on average ({x['n']} points; largest {_pct(x['max_ape'])}).", ""]
+    lines += ["Parameters (the free ones fitted, the rest from the CNN calibration; `update_Bps` is the servers' sum + update rate):", "",
+              "| parameter | CNN calibration | fitted, both rates | fitted, high rate only |", "|---|---:|---:|---:|"]
+    for k in res["fit"]["free"]:
+        lines.append(f"| `{k}` | {res['calibration_params'][k]:.4g} | {res['fit']['params'][k]:.4g} | {res['fit']['params_high_rate_only'][k]:.4g} |")
+    lines += ["", "Every point (seconds per iteration):", "",
+              "| run | set | method | rate Mbit/s | config | measured | sim, CNN calibration | sim, fitted | sim, fitted on high rate |",
+              "|---:|---|---|---:|---|---:|---:|---:|---:|"]
+    for p in res["points"]:
+        setname = "fit" if p["run_index"] == 0 and p["set"] == "grid" else "held out"
+        cfg = "dist_sync (sim: <25 MiB, unlimited>)" if p["config"] is None else _c(p["config"])
+        lines.append(f"| {p['run_index'] + 1} | {setname} | {p['method']} | {p['rate_mbit']:g} | {cfg} | {p['measured_s']:.3f} | "
+                     f"{p['sim_calibration_cnn_s']:.3f} | {p['sim_fitted_on_grids_s']:.3f} | {p['sim_fitted_on_high_rate_grid_s']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 # -------------------------------------------------------------------------------- distortion
 def _run_ranks(spec: dict[str, Any], n: int, rate: float, out_dir: str, timeout_s: float = 900) -> dict[str, Any]:
     from autobyte.testbed import BandwidthTrace, Testbed
@@ -426,6 +609,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = sub.add_parser("compare")
     p.add_argument("run")
     p.add_argument("--out")
+    p = sub.add_parser("compare-ps")
+    p.add_argument("run", help="an 'autobyte bench --arch ps' output: its grid points are the fit set")
+    p.add_argument("--heldout-run", action="append", default=[], help="another such output, held out whole (repeatable)")
+    p.add_argument("--compute-scale", type=float, default=10.0, help="the emulation's compute scale (not recorded in the run; "
+                   "benchmarks/bench_ps_emu.py's is 10)")
+    p.add_argument("--out")
     p = sub.add_parser("distortion")
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="resnet50")
@@ -435,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--iters", type=int, default=4)
     p.add_argument("--params", help="a compare run's sim_vs_real.json: simulate with its fitted parameters")
     args = ap.parse_args(argv)
-    {"sleep": cmd_sleep, "compare": cmd_compare, "distortion": cmd_distortion}[args.cmd](args)
+    {"sleep": cmd_sleep, "compare": cmd_compare, "compare-ps": cmd_compare_ps, "distortion": cmd_distortion}[args.cmd](args)
 
 
 if __name__ == "__main__":

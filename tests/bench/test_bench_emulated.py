@@ -1,0 +1,80 @@
+"""``benchmarks/bench_emulated.py compare-ps``: the simulator's iteration-time error on stored parameter-server runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("scipy")
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN1 = ROOT / "docs" / "figures" / "bench" / "ps_emu80"
+RUN2 = ROOT / "docs" / "figures" / "bench" / "ps_emu80_fixed"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_emulated", ROOT / "benchmarks" / "bench_emulated.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_emulated"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_settled_medians_drop_the_first_iterations_of_every_phase(bench):
+    # phase 1 at 1000 Mbit/s: 9 s, 9 s transient then 1 s; phase 2 at 300: 9 s, 9 s then 3 s; repeat 1 slower
+    recs = [("bs", 0, 1000.0, i, 9.0 if i < 2 else 1.0) for i in range(5)] + [("bs", 0, 300.0, i, 9.0 if i < 2 else 3.0) for i in range(4)]
+    recs += [("bs", 1, 1000.0, i, 9.0 if i < 2 else 2.0) for i in range(3)]
+    assert bench.SETTLE == 2
+    assert bench._settled_medians(recs) == {"bs": {300.0: [3.0], 1000.0: [1.0, 2.0]}}
+
+
+def test_read_ps_run_takes_grid_points_and_static_runs_per_rate(bench):
+    run = bench.read_ps_run(str(RUN1))
+    assert (run["model"], run["batch_size"], run["samples"]) == ("emu:resnet50", 64, 128)
+    assert len(run["grid"]) == 18 and {r for r, _, _ in run["grid"]} == {300.0, 1000.0}
+    assert set(run["trace"]) == {"dist_sync", "bytescheduler", "bo", "hindsight", "oracle"}  # autobyte switches configs: left out
+    assert [c for _, c, _ in run["trace"]["dist_sync"]] == [None, None]
+    oracle = {r: c for r, c, _ in run["trace"]["oracle"]}
+    assert oracle == {1000.0: bench.Config(4 << 20, 64 << 20), 300.0: bench.Config(1 << 20, 16 << 20)}  # summary.json's oracle_configs
+
+
+def test_compare_ps_fits_on_run1_grids_and_judges_every_other_point(bench, tmp_path):
+    bench.main(["compare-ps", str(RUN1), "--heldout-run", str(RUN2), "--out", str(tmp_path)])
+    res = json.loads((tmp_path / "ps_sim_vs_real.json").read_text())
+    pts = res["points"]
+    fit_set = [p for p in pts if p["run_index"] == 0 and p["set"] == "grid"]
+    assert res["fit"]["info"]["n_points"] == len(fit_set) == 18 and res["fit"]["info"]["arch"] == "ps"
+    assert res["fit"]["info_high_rate_only"]["n_points"] == 9
+    e = res["errors"]["fitted_on_grids"]
+    assert e["fit"]["n"] == 18 and e["trace_run1"]["n"] == 8 and e["run2"]["n"] == 22 and e["dist_sync"]["n"] == 4
+    assert e["heldout"]["n"] + e["fit"]["n"] + e["dist_sync"]["n"] == len(pts)  # held out = everything but the fit set and dist_sync
+    assert e["off_grid"]["n"] == 6  # ByteScheduler's default in both runs, BO's in run 1
+    for p in pts:
+        assert p["measured_s"] > 0 and all(p[f"sim_{k}_s"] > 0 for k in ("calibration_cnn", "fitted_on_grids", "fitted_on_high_rate_grid"))
+    # the fitted simulator is closer to the held-out points than the CNN calibration it started from
+    assert e["heldout"]["mape"] < res["errors"]["calibration_cnn"]["heldout"]["mape"]
+    md = (tmp_path / "ps_sim_vs_real.md").read_text()
+    assert "| fitted on run 1's grids, both rates |" in md and "dist_sync (sim: <25 MiB, unlimited>)" in md
+
+
+@pytest.mark.parametrize("make", [lambda p: p, lambda p: ROOT / "docs" / "figures" / "bench" / "paper_fig6_allreduce"])
+def test_compare_ps_refuses_a_directory_that_is_not_a_ps_run(bench, tmp_path, make):
+    run = make(tmp_path)
+    with pytest.raises(ValueError, match=r"run_dir must be an 'autobyte bench --arch ps' output .* but got run_dir='.*'\."):
+        bench.main(["compare-ps", str(run), "--out", str(tmp_path)])
+
+
+def test_calibrated_ps_cluster_updates_on_the_servers_and_fit_checks_arch():
+    from autobyte.bench.calibrate import SimParams, fit
+    from autobyte.core import Config
+
+    c = SimParams(update_Bps=3e8).cluster(1000, arch="ps")
+    assert c.arch == "ps" and c.ps_aggregate_Bps == 3e8
+    assert SimParams().cluster(1000).arch == "allreduce"
+    with pytest.raises(ValueError, match=r"arch must be one of \('allreduce', 'ps'\), but got arch='ring'\."):
+        fit(None, [(1000.0, Config(1 << 20, 1 << 20), 1.0)], arch="ring")
