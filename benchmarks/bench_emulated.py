@@ -425,8 +425,11 @@ def read_ps_run(run_dir: str) -> dict[str, Any]:
 
 
 def _mape_of(pts: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """MAPE, largest error and count of ``pts``' ``key`` against their ``measured_s``, overall and per rate."""
     ape = [_ape(p[key], p["measured_s"]) for p in pts]
-    return {"mape": float(np.mean(ape)) if ape else None, "max_ape": float(max(ape)) if ape else None, "n": len(ape)}
+    rates = sorted({p["rate_mbit"] for p in pts}, reverse=True)
+    by_rate = {f"{r:g}": float(np.mean([a for a, p in zip(ape, pts) if p["rate_mbit"] == r])) for r in rates}
+    return {"mape": float(np.mean(ape)) if ape else None, "max_ape": float(max(ape)) if ape else None, "n": len(ape), "mape_by_rate": by_rate}
 
 
 #: The groups of points :func:`cmd_compare_ps` reports, each a filter on a point: (name, label, filter).
@@ -460,7 +463,7 @@ def cmd_compare_ps(args: argparse.Namespace) -> None:
     for p in points:
         p["on_fit_grid"] = (p["rate_mbit"], p["config"]) in on_grid
     # the runs' own repeatability: run 1's grid measurement taken as the prediction of a later run's same grid point
-    repeat = [{"measured_s": p["measured_s"], "run1_s": on_grid[(p["rate_mbit"], p["config"])]}
+    repeat = [{"rate_mbit": p["rate_mbit"], "measured_s": p["measured_s"], "run1_s": on_grid[(p["rate_mbit"], p["config"])]}
               for p in points if p["run_index"] > 0 and p["set"] == "grid" and p["on_fit_grid"]]
     hi = max(r for r, _, _ in fit_pts)
     base = base_params()
@@ -508,9 +511,14 @@ def compare_ps_md(res: dict[str, Any]) -> str:
                         ("fitted_on_high_rate_grid", f"fitted on run 1's {res['fit']['high_rate_mbit']:g} Mbit/s grid only")):
         lines.append(f"| {label} | " + " | ".join(f"{_pct(e[name][g]['mape'])} ({e[name][g]['n']}; max {_pct(e[name][g]['max_ape'])})"
                                                   for g in names) + " |")
+    f = e["fitted_on_grids"]
+    rates = list(f["fit"]["mape_by_rate"])
+    lines += ["", "Fitted on both rates' grids, per rate:", "", "| points | " + " | ".join(f"{r} Mbit/s" for r in rates) + " |",
+              "|---|" + "---:|" * len(rates)]
+    lines += [f"| {res['groups'][g]} | " + " | ".join(_pct(f[g]["mape_by_rate"].get(r)) for r in rates) + " |" for g in names]
     x = e["fitted_on_high_rate_grid"]["run1_low_rate_grid"]
     lines += ["", "Run 2 is a separate launch of the same set-up: its grid has run 1's configs, measured again. "
-                  f"In the last row, run 1's grid column holds that fit's {res['fit']['info_high_rate_only']['n_points']} high-rate "
+                  f"In the error table's last row, run 1's grid column holds that fit's {res['fit']['info_high_rate_only']['n_points']} high-rate "
                   "points and the low-rate ones it did not see.",
               "", f"Fitted on the high rate's grid only, run 1's low-rate grid points (not used to fit) are off by "
                   f"{_pct(x['mape'])} on average ({x['n']} points; largest {_pct(x['max_ape'])}).", ""]
