@@ -130,6 +130,9 @@ def cmd_sleep(args: argparse.Namespace) -> None:
 
 # -------------------------------------------------------------------------------- compare
 def _read_run(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    if not os.path.isfile(os.path.join(run_dir, "suite_summary.json")):
+        hint = " (a parameter-server bench: use compare-ps)" if os.path.isfile(os.path.join(run_dir, "summary.json")) else ""
+        raise ValueError(f"run_dir must be an 'autobyte bench --suite' output (suite_summary.json), but got run_dir={run_dir!r}{hint}.")
     with open(os.path.join(run_dir, "suite_summary.json")) as f:
         summary = json.load(f)
     sc = summary["scenarios"][0]

@@ -78,3 +78,8 @@ def test_calibrated_ps_cluster_updates_on_the_servers_and_fit_checks_arch():
     assert SimParams().cluster(1000).arch == "allreduce"
     with pytest.raises(ValueError, match=r"arch must be one of \('allreduce', 'ps'\), but got arch='ring'\."):
         fit(None, [(1000.0, Config(1 << 20, 1 << 20), 1.0)], arch="ring")
+
+
+def test_compare_points_a_ps_run_to_compare_ps(bench, tmp_path):
+    with pytest.raises(ValueError, match=r"run_dir must be an 'autobyte bench --suite' output .*ps_emu80'.*use compare-ps"):
+        bench.main(["compare", str(RUN1), "--out", str(tmp_path)])
