@@ -27,6 +27,15 @@ def _variant(**fixed: Any) -> Callable[..., Tuner]:
     return factory
 
 
+def _settle_off(factory: Callable[..., Tuner]) -> Callable[..., Tuner]:
+    def make(*args: Any, **kwargs: Any) -> Tuner:
+        tuner = factory(*args, **kwargs)
+        tuner.settle = False  # the controller reads it: the check that shows a change is not dropped
+        return tuner
+
+    return make
+
+
 register_tuner("autobyte-no-equivalence", _variant(equivalent=False))
 register_tuner("autobyte-no-calibration", _variant(calibrate=False))
 register_tuner("autobyte-neither", _variant(equivalent=False, calibrate=False))
@@ -44,3 +53,6 @@ register_tuner("autobyte-near-d1", _variant(tail=False, max_distance=1.0, near_b
 # the tuner of today with one policy off
 register_tuner("autobyte-no-refile", _variant(refile=False))
 register_tuner("autobyte-no-tail", _variant(tail=False))
+# 2026-11-26 (stop 24): the tuner asked at the check that shows a change (that check mixes both regimes
+# and was the detector's reference for the next comparison), as every tuner was before the detector settled
+register_tuner("autobyte-straddle", _settle_off(_variant()))

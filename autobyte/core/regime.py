@@ -46,38 +46,66 @@ class RegimeDetector:
     with a move is seen the next time a configuration already measured runs
     again (a rollback, or a tuner's deliberate re-measurement).
 
+    The measurement that shows a change is, most of the time, a mix of both
+    regimes: conditions changed somewhere inside the iterations it averages.
+    With ``settle`` (the default) it belongs to neither: the detector keeps
+    nothing from it (:attr:`settling` is ``True`` until the next measurement),
+    and the next measurement, wholly in the new conditions, is the new
+    regime's first (:meth:`observe` returns ``True`` there). Without
+    ``settle``, the measurement that shows the change is the new regime's
+    first, as a reference for the next comparison too (a mixed one then reads
+    as a second change when the next clean one comes).
+
     Args:
         threshold: relative speed change of one configuration that counts as a
             change of conditions (0.15: above what a window's noise does on a
             shared host, below what a link change does).
+        settle: drop the measurement that shows a change (see above).
 
     Raises:
-        ValueError: ``threshold`` not in (0, 10).
+        ValueError: ``threshold`` not in (0, 10), or ``settle`` not a bool.
     """
 
-    def __init__(self, threshold: float = 0.15) -> None:
+    def __init__(self, threshold: float = 0.15, settle: bool = True) -> None:
         self.threshold = _check_fraction("threshold", threshold, 10.0)
+        if not isinstance(settle, bool):
+            raise ValueError(f"settle must be True or False, but got settle={settle!r}.")
+        self.settle = settle
         #: last measured speed of each configuration in the current regime
         self.last: dict[Config, float] = {}
+        #: a change was seen and the measurement that showed it dropped: the next one starts the new regime
+        self.settling = False
 
     def observe(self, config: Config, speed: float) -> bool:
-        """Record ``config`` at ``speed``; ``True`` when that is a change of conditions.
+        """Record ``config`` at ``speed``; ``True`` when a new regime starts with this measurement.
 
-        On a change the regime starts afresh with this one measurement.
+        Without ``settle`` that is the measurement that shows a change. With
+        it, that measurement returns ``False`` and leaves :attr:`settling` set
+        (the caller drops it: it mixes both regimes); the next one returns
+        ``True``.
         """
+        if self.settling:
+            self.settling = False
+            self.last = {config: speed}
+            return True
         before = self.last.get(config)
         changed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
         if changed:
             self.last = {}
+            if self.settle:
+                self.settling = True
+                return False
         self.last[config] = speed
         return changed
 
     def state_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "last": [_cfg(c) + [v] for c, v in self.last.items()]}
+        return {"threshold": self.threshold, "settle": self.settle, "settling": self.settling,
+                "last": [_cfg(c) + [v] for c, v in self.last.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "last" in state:
             self.last = {Config(int(p), int(c)): float(v) for p, c, v in state["last"]}
+        self.settling = bool(state.get("settling", False))
 
 
 class HarmGuard:

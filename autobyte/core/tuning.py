@@ -38,9 +38,9 @@ class Observation:
         features: runtime features (Table II) of the window.
         regime_changed: the controller saw conditions change under an
             unchanged configuration just before this window (the window then
-            holds only the iterations after the change, and may be shorter
-            than a full one); measurements taken before it describe another
-            regime.
+            holds only the check after the one that showed the change, which
+            mixed both regimes and was dropped; it may be shorter than a full
+            one); measurements taken before it describe another regime.
         harm_allowance: iterations' worth of slowdown against the starting
             configuration that the do-no-harm guard still allows over its
             span (:class:`~autobyte.core.regime.HarmGuard`); ``None`` when
@@ -84,6 +84,9 @@ class Tuner(abc.ABC):
     #: whether the controller's do-no-harm guard watches this tuner's decisions
     #: (``False`` only for offline searches that are meant to try bad configurations)
     guarded: bool = True
+    #: whether the check that shows a change of conditions is dropped (it mixes both
+    #: regimes) and the tuner told at the next one (:class:`~autobyte.core.regime.RegimeDetector`)
+    settle: bool = True
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""
@@ -146,9 +149,12 @@ class Controller:
     check's speed differs from the previous check's, under the same
     configuration, by more than ``regime_change``, conditions changed (a
     bandwidth drop, another job on the GPU): the iterations before the change
-    are dropped and the tuner is asked at once, on the check alone, with
-    ``Observation.regime_changed`` set. A change is thus acted on within about
-    ``check_iters`` iterations, and no window mixes two regimes. Changes are
+    are dropped, and so is the check that showed it (conditions changed
+    inside it: it mixes both regimes); the tuner is asked at the next check,
+    on that check alone, with ``Observation.regime_changed`` set. A change is
+    thus acted on within about two ``check_iters``, and no window, and no
+    reference of the detector, mixes two regimes. (A tuner with ``settle =
+    False`` is asked at the check that shows the change instead.) Changes are
     judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
     configuration measured again runs more than ``regime_change`` away from
     its last measurement in this regime.
@@ -230,7 +236,7 @@ class Controller:
         #: windows handed to the tuner so far (a check that completes one increments it)
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
-        self.detector = RegimeDetector(rc) if rc is not None else None
+        self.detector = RegimeDetector(rc, settle=getattr(self.tuner, "settle", True)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
         if not getattr(self.tuner, "guarded", True):
@@ -272,6 +278,11 @@ class Controller:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
         changed = self.detector.observe(self.current, speed) if self.detector is not None else False
+        if self.detector is not None and self.detector.settling and self.tuning:
+            # conditions changed inside this check: it belongs to neither regime (the guard,
+            # the window and the tuner start again from the next check, wholly in the new one)
+            self._pending = []
+            return None
         if changed:
             self._pending = []  # iterations of the previous regime
         guard = self.guard if self.tuning else None

@@ -15,13 +15,23 @@ A, B = Config(MiB, MiB), Config(4 * MiB, 4 * MiB)
 
 
 def test_detector_compares_a_config_with_itself_only():
-    d = RegimeDetector(0.15)
+    d = RegimeDetector(0.15, settle=False)
     assert not d.observe(A, 100.0)
     assert not d.observe(B, 40.0)  # another config, slower: not a change
     assert not d.observe(A, 110.0)  # +10%: noise
     assert d.observe(B, 20.0)  # B again, half as fast: conditions changed
-    assert d.last == {B: 20.0}  # the regime starts afresh
+    assert d.last == {B: 20.0} and not d.settling  # the regime starts afresh, from this measurement
     assert not d.observe(A, 50.0)  # A is new to this regime
+
+
+def test_the_measurement_that_shows_a_change_belongs_to_neither_regime():
+    d = RegimeDetector(0.15)
+    assert not d.observe(A, 100.0) and not d.observe(B, 40.0)
+    assert not d.observe(B, 30.0)  # B 25% slower: conditions changed somewhere inside this measurement
+    assert d.settling and d.last == {}  # nothing kept from it, nor from the old regime
+    assert d.observe(B, 20.0)  # the next one, wholly in the new conditions, starts the new regime
+    assert d.last == {B: 20.0} and not d.settling
+    assert not d.observe(B, 21.0)  # compared with the clean 20, not the mixed 30: no second change
 
 
 def test_detector_state_round_trips():
@@ -29,13 +39,22 @@ def test_detector_state_round_trips():
     d.observe(A, 100.0)
     e = RegimeDetector()
     e.load_state_dict(json.loads(json.dumps(d.state_dict())))
-    assert e.observe(A, 50.0)
+    assert not e.observe(A, 50.0) and e.settling
+    f = RegimeDetector()
+    f.load_state_dict(json.loads(json.dumps(e.state_dict())))
+    assert f.settling and f.observe(A, 49.0) and f.last == {A: 49.0}
 
 
 @pytest.mark.parametrize("bad", [0, -0.1, 10, float("nan"), True, "0.2"])
 def test_detector_rejects_bad_threshold(bad):
     with pytest.raises(ValueError, match=r"threshold must be a number in \(0, 10\), but got threshold="):
         RegimeDetector(bad)
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_detector_rejects_bad_settle(bad):
+    with pytest.raises(ValueError, match=rf"settle must be True or False, but got settle={bad!r}"):
+        RegimeDetector(0.15, settle=bad)
 
 
 def test_guard_counts_time_lost_against_the_start_and_sends_the_run_back():
@@ -205,9 +224,11 @@ def test_a_change_seen_at_the_check_where_the_guard_trips_still_reaches_the_tune
         if d is not None:
             ctl.applied(it, d.config)
     assert ctl.current == slow  # gains banked at `fast` keep the guard quiet at `slow` so far
-    d = ctl.decide(35, _check_at(35.0))  # the link halved: `slow` runs at half its speed, and the guard trips on it
+    n_seen = len(tuner.seen)
+    assert ctl.decide(35, _check_at(50.0)) is None and len(tuner.seen) == n_seen  # the link halves inside this check: dropped
+    d = ctl.decide(40, _check_at(35.0))  # `slow` at half its speed, wholly in the new conditions: the guard trips on it
     assert d is not None and d.config == A and d.reason.startswith("guard:")
-    assert tuner.seen[-1].iteration == 35 and tuner.seen[-1].regime_changed  # the tuner learns of the change
+    assert tuner.seen[-1].iteration == 40 and tuner.seen[-1].regime_changed  # the tuner learns of the change
     entry = ctl.history[-1]
     assert entry["regime_changed"] and entry["new_config"] == A.to_dict()
     assert entry["held"].startswith(f"guard holds {A}: {Config(MiB, 4 * MiB)} not applied")
