@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
         if out.decision is not None:
             row.update(reason=out.decision.reason, predicted_speed=out.decision.predicted_speed)
         row["observed_speed"] = out.speed
+        if out.regime_changed:  # the first check wholly in new conditions (core.regime.RegimeDetector)
+            row["regime_changed"] = True
         decisions.append(row)
 
     if method != "dist_sync":
