@@ -56,3 +56,5 @@ register_tuner("autobyte-no-tail", _variant(tail=False))
 # 2026-11-26 (stop 24): the tuner asked at the check that shows a change (that check mixes both regimes
 # and was the detector's reference for the next comparison), as every tuner was before the detector settled
 register_tuner("autobyte-straddle", _settle_off(_variant()))
+# 2026-11-26 (stop 24): the explorer lowers predictions by how far below them this job's trials ran
+register_tuner("autobyte-debias", _variant(debias=True))

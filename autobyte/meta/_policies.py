@@ -167,6 +167,7 @@ class Scorer:
         self.sigma_min = _check_range("sigma_min", sigma_min, 1e-3, 2.0)
         self.errors: deque[float] = deque(maxlen=8)  # log errors of checked predictions
         self.pairs: deque[tuple[float, float]] = deque(maxlen=8)  # (predicted, measured) log ratios, uncalibrated
+        self.trials: deque[float] = deque(maxlen=8)  # log(measured / predicted) of trials, as predicted when chosen
         self.calibrate = bool(calibrate)
         self.prior = _check_range("prior", prior, 1e-6, 1e6)
         self.min_slope = _check_range("min_slope", min_slope, 0.0, 1.0)
@@ -216,6 +217,23 @@ class Scorer:
         sxx = sum(x * x for x, _ in self.pairs)
         return min(1.0, max(self.min_slope, (sxy + self.prior) / (sxx + self.prior)))
 
+    def trial(self, predicted: float, observed: float) -> None:
+        """A trial chosen at ``predicted`` samples/s measured ``observed``."""
+        if predicted > 0 and observed > 0 and math.isfinite(predicted) and math.isfinite(observed):
+            self.trials.append(math.log(observed / predicted))
+
+    def trial_bias(self, prior: float = 2.0) -> float:
+        """How far below their predictions trials run on this job, in log units (0 or negative).
+
+        Trials are the candidates predicted best among many unmeasured ones,
+        so their predictions err upwards more than the network's error
+        elsewhere does (the winner's curse). The mean of the last trials'
+        ``log(measured / predicted)``, shrunk towards 0 by ``prior`` trials'
+        worth of weight, and never above 0 (a trial that ran faster than
+        predicted does not make the next one look better).
+        """
+        return min(0.0, sum(self.trials) / (len(self.trials) + prior))
+
     def downside(self) -> float:
         """The largest over-prediction among the last pairs, in log units (0 before any, or none over)."""
         b = self.slope()
@@ -232,7 +250,7 @@ class Scorer:
         return max(self.sigma_min, math.sqrt(sum(sq) / len(sq)))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"errors": list(self.errors), "pairs": [list(p) for p in self.pairs]}
+        return {"errors": list(self.errors), "pairs": [list(p) for p in self.pairs], "trials": list(self.trials)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "errors" in state:
@@ -241,6 +259,9 @@ class Scorer:
         if "pairs" in state:
             self.pairs.clear()
             self.pairs.extend((float(x), float(y)) for x, y in state["pairs"])
+        if "trials" in state:
+            self.trials.clear()
+            self.trials.extend(float(e) for e in state["trials"])
 
 
 # ---------------------------------------------------------------------- ledger
@@ -608,7 +629,8 @@ class Explorer:
 
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
-                misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0) -> tuple[Config, str] | None:
+                misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0,
+                bias: float = 0.0) -> tuple[Config, str] | None:
         """The candidate to try next, with the reason, or ``None`` (no trial pays).
 
         ``misses``: trials in a row in this regime that found nothing faster;
@@ -622,9 +644,18 @@ class Explorer:
         units); the allowance check takes the truth that far below the
         prediction when that is further than one error, so a predictor that
         once missed by 3x explores only with room for such a miss.
+        ``bias``: how far below their predictions this job's trials ran (log
+        units, 0 or negative; :meth:`Scorer.trial_bias`); every candidate's
+        prediction is lowered by it before its gain and cost are weighed.
+
+        Raises:
+            ValueError: ``bias`` positive or not finite.
         """
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias) or bias > 0:
+            raise ValueError(f"bias must be a finite number <= 0 (log units), but got bias={bias!r}.")
         if not measured or misses >= self.max_misses:
             return None
+        predicted = predicted * math.exp(bias)  # what a trial is expected to run, given how this job's trials ran
         sigma = min(sigma, self.max_sigma)  # beyond it the predictor ranks no better than chance; misses stop the search
         best_known = max(measured.values())
         near = [c for c, v in measured.items() if self.near_best is None or v >= best_known * (1.0 - self.near_best)]
@@ -678,7 +709,8 @@ class Explorer:
         if not value[k] > 0:
             return None
         cfg = space[k]
-        return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s (best measured {best_known:.1f}, "
+        lowered = f", lowered {100 * (1 - math.exp(bias)):.0f}% as this job's trials ran" if bias < 0 else ""
+        return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s{lowered} (best measured {best_known:.1f}, "
                      f"error {100 * s[k]:.0f}%): expected gain {ei[k] * horizon:.2f} iterations over {horizon:.0f} "
                      f"left in these conditions, expected cost {cost[k]:.2f}")
 

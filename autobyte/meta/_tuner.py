@@ -248,6 +248,11 @@ class AutoByteTuner(Tuner):
             below its prediction as the worst miss measured on this job
             (:meth:`Scorer.downside <autobyte.meta._policies.Scorer.downside>`;
             True); ``False``: one demonstrated error below.
+        debias: the explorer lowers every candidate's prediction by how far
+            below their predictions this job's trials ran (the winner's curse
+            of picking the best of many predictions;
+            :meth:`Scorer.trial_bias <autobyte.meta._policies.Scorer.trial_bias>`);
+            ``False`` (default, not measured better yet): predictions as scored.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -285,6 +290,7 @@ class AutoByteTuner(Tuner):
         min_predicted_gain: float | None = None,
         refile: bool = True,
         tail: bool = True,
+        debias: bool = False,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -315,6 +321,7 @@ class AutoByteTuner(Tuner):
         self.calibrate = bool(calibrate)
         self.refile = bool(refile)
         self.tail = bool(tail)
+        self.debias = bool(debias)
         self._reset()
 
     def _reset(self) -> None:
@@ -361,6 +368,7 @@ class AutoByteTuner(Tuner):
         measured = regime.speeds(self.ledger.stale_windows)
         trial, self._trial = self._trial, None
         if trial is not None and trial[0] == obs.config and not obs.regime_changed:
+            self.scorer.trial(trial[1], obs.speed)
             others = [v for c, v in measured.items() if c != obs.config]
             regime.misses = 0 if others and obs.speed > max(others) * (1 + self.mover.trigger.min_gain) else regime.misses + 1
         move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left)
@@ -377,7 +385,8 @@ class AutoByteTuner(Tuner):
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
                                               self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
-                                              self.scorer.equivalence, self.scorer.downside() if self.tail else 0.0)
+                                              self.scorer.equivalence, self.scorer.downside() if self.tail else 0.0,
+                                              self.scorer.trial_bias() if self.debias else 0.0)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
@@ -484,6 +493,7 @@ class AutoByteTuner(Tuner):
                 return None
             _, regime = recorded
             regime.misses += 1  # a trial that found nothing faster
+            self.scorer.trial(trial[1], obs.speed)
             self._trial = None
             self.n_aborts += 1
             return self._decide(obs, abort[0], abort[1], measured[abort[0]])

@@ -583,3 +583,59 @@ def test_explorer_keeps_room_for_the_worst_miss_seen():
     assert ex.propose(SPACE, SPACE.to_array(), np.asarray(args[0]), args[1], A, 100.0, 0.1, 200.0, 1.5, 0, None, miss) is None
     # with gains banked (a larger allowance) the same trial fits again
     assert ex.propose(SPACE, SPACE.to_array(), np.asarray(args[0]), args[1], A, 100.0, 0.1, 200.0, 40.0, 0, None, miss)[0] == D
+
+
+# ---------------------------------------------------------------- trials' own bias (the winner's curse)
+def test_scorer_trial_bias_is_the_shrunk_mean_of_trials_below_prediction(fresh_net):
+    s = Scorer(fresh_net, ESPACE)
+    assert s.trial_bias() == 0.0
+    s.trial(110.0, 100.0)  # the trial ran 9% below its prediction
+    assert s.trial_bias() == pytest.approx(math.log(100 / 110) / 3)  # one trial against the prior of two at 0
+    s.trial(105.0, 100.0)
+    s.trial(108.0, 100.0)
+    assert s.trial_bias() == pytest.approx((math.log(100 / 110) + math.log(100 / 105) + math.log(100 / 108)) / 5)
+    s.trial(100.0, 200.0)  # one far faster than predicted: the bias is never positive
+    s.trial(100.0, 200.0)
+    assert s.trial_bias() == 0.0
+    s.trial(float("nan"), 100.0)  # an unusable pair is not kept
+    s.trial(100.0, 0.0)
+    assert len(s.trials) == 5
+    r = Scorer(fresh_net, ESPACE)
+    r.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert list(r.trials) == list(s.trials)
+
+
+def test_explorer_lowers_predictions_by_how_trials_ran():
+    # B predicted 6% above the best measured, 5% error: tried; after trials that ran ~8% below
+    # their predictions it is expected 2% below the best, and no trial pays
+    args = ([100.0, 106.0, 60.0, 60.0], {A: 100.0})
+    cfg, why = _explore(*args, horizon=20.0)
+    assert cfg == B and "lowered" not in why
+    ex = Explorer()
+    pick = ex.propose(SPACE, SPACE.to_array(), np.asarray(args[0]), args[1], A, 100.0, 0.05, 20.0, None, 0, None, 0.0, math.log(0.92))
+    assert pick is None
+    # a candidate predicted far enough above still is, with the bias in its reason
+    pick = ex.propose(SPACE, SPACE.to_array(), np.asarray([100.0, 125.0, 60.0, 60.0]), args[1], A, 100.0, 0.05, 20.0, None, 0,
+                      None, 0.0, math.log(0.92))
+    assert pick is not None and pick[0] == B and "predicted 115.0 samples/s, lowered 8% as this job's trials ran" in pick[1]
+
+
+@pytest.mark.parametrize("bad", [0.1, float("nan"), float("-inf"), True, "0"])
+def test_explorer_rejects_a_bad_bias(bad):
+    with pytest.raises(ValueError, match=r"bias must be a finite number <= 0 \(log units\), but got bias="):
+        Explorer().propose(SPACE, SPACE.to_array(), np.asarray([100.0, 106.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.05, 20.0,
+                           None, 0, None, 0.0, bad)
+
+
+def test_tuner_records_each_trial_against_its_prediction(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, debias=True)
+    cur = t.start(GRID, GRID[4])
+    win = _window(cur, FAST, 0)
+    t.observe(win)
+    base = t.ledger.current.measured[cur][0]
+    t._trial, t._left = (GRID[0], base * 1.1, cur), cur  # a trial predicted 10% faster
+    trial = _window(GRID[0], FAST, 1)
+    t.observe(Observation(20, GRID[0], base * 1.0, trial.features))  # ran as fast as where it came from
+    assert list(t.scorer.trials) == [pytest.approx(math.log(1 / 1.1))]
+    assert t.scorer.trial_bias() == pytest.approx(math.log(1 / 1.1) / 3)
+    assert AutoByteTuner(fresh_net, background=False).debias is False
