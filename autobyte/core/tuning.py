@@ -38,9 +38,9 @@ class Observation:
         features: runtime features (Table II) of the window.
         regime_changed: the controller saw conditions change under an
             unchanged configuration just before this window (the window then
-            holds only the check after the one that showed the change, which
-            mixed both regimes and was dropped; it may be shorter than a full
-            one); measurements taken before it describe another regime.
+            holds only the check that showed the change, or, for a tuner with
+            ``settle = True``, the check after it; it may be shorter than a
+            full one); measurements taken before it describe another regime.
         harm_allowance: iterations' worth of slowdown against the starting
             configuration that the do-no-harm guard still allows over its
             span (:class:`~autobyte.core.regime.HarmGuard`); ``None`` when
@@ -85,8 +85,9 @@ class Tuner(abc.ABC):
     #: (``False`` only for offline searches that are meant to try bad configurations)
     guarded: bool = True
     #: whether the check that shows a change of conditions is dropped (it mixes both
-    #: regimes) and the tuner told at the next one (:class:`~autobyte.core.regime.RegimeDetector`)
-    settle: bool = True
+    #: regimes) and the tuner told at the next one (:class:`~autobyte.core.regime.RegimeDetector`;
+    #: off by default: measured slower on real runs, docs/benchmarks.md 7.6)
+    settle: bool = False
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""
@@ -149,12 +150,13 @@ class Controller:
     check's speed differs from the previous check's, under the same
     configuration, by more than ``regime_change``, conditions changed (a
     bandwidth drop, another job on the GPU): the iterations before the change
-    are dropped, and so is the check that showed it (conditions changed
-    inside it: it mixes both regimes); the tuner is asked at the next check,
-    on that check alone, with ``Observation.regime_changed`` set. A change is
-    thus acted on within about two ``check_iters``, and no window, and no
-    reference of the detector, mixes two regimes. (A tuner with ``settle =
-    False`` is asked at the check that shows the change instead.) Changes are
+    are dropped and the tuner is asked at once, on the check alone, with
+    ``Observation.regime_changed`` set. A change is thus acted on within about
+    ``check_iters`` iterations. That check itself mixes both regimes; a tuner
+    with ``settle = True`` is asked at the next check instead, on that check
+    alone, and the mixed one is dropped (no window, and no reference of the
+    detector, mixes two regimes; the tuner hears of the change a check later).
+    Changes are
     judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
     configuration measured again runs more than ``regime_change`` away from
     its last measurement in this regime.
@@ -236,7 +238,7 @@ class Controller:
         #: windows handed to the tuner so far (a check that completes one increments it)
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
-        self.detector = RegimeDetector(rc, settle=getattr(self.tuner, "settle", True)) if rc is not None else None
+        self.detector = RegimeDetector(rc, settle=getattr(self.tuner, "settle", False)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
         if not getattr(self.tuner, "guarded", True):

@@ -83,25 +83,42 @@ def test_a_speed_jump_under_one_config_is_acted_on_at_once():
     c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
     c.decide(9, [_w(100, 10)])  # a full window at 100 samples/s: keep
     assert c.decide(14, [_w(99, 5)]) is None and len(seen) == 1  # 1% slower: same conditions, wait
+    d = c.decide(19, [_w(60, 5)])  # 40% slower half a window later: conditions changed
+    assert len(seen) == 2 and seen[1].regime_changed and seen[1].speed == pytest.approx(60)
+    assert seen[1].features.layer_time_s.shape == (2, 1) and c.history[-1]["iterations"] == 5
+    assert c.history[-1]["regime_changed"] is True
+    assert d is not None and d.config == SPACE[1]
+    # after a reconfiguration, the first check has nothing to compare with
+    c.applied(20, d.config)
+    assert c.decide(24, [_w(300, 5)]) is None and len(seen) == 2
+
+
+def test_a_tuner_that_settles_is_asked_at_the_check_after_the_one_that_shows_the_change():
+    seen: list[Observation] = []
+
+    class Record(Flip):
+        settle = True
+
+        def observe(self, obs: Observation) -> Decision | None:
+            seen.append(obs)
+            return super().observe(obs)
+
+    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(9, [_w(100, 10)])  # a full window at 100 samples/s: keep
+    assert c.decide(14, [_w(99, 5)]) is None and len(seen) == 1  # 1% slower: same conditions, wait
     # 30% slower half a window later: conditions changed inside this check (it mixes both): dropped
     assert c.decide(19, [_w(70, 5)]) is None and len(seen) == 1 and c.detector.settling
     assert [h["iteration"] for h in c.history] == [9]
     d = c.decide(24, [_w(60, 5)])  # the next check, wholly in the new conditions: the tuner is asked at once
     assert len(seen) == 2 and seen[1].regime_changed and seen[1].speed == pytest.approx(60)
-    assert seen[1].features.layer_time_s.shape == (2, 1) and c.history[-1]["iterations"] == 5
     assert c.history[-1]["regime_changed"] is True and c.detector.last == {SPACE[0]: 60}  # the reference is the clean check
     assert d is not None and d.config == SPACE[1]
-    # after a reconfiguration, the first check has nothing to compare with
-    c.applied(25, d.config)
-    assert c.decide(29, [_w(300, 5)]) is None and len(seen) == 2
 
 
-def test_a_tuner_that_does_not_settle_is_asked_at_the_check_that_shows_the_change():
+def test_by_default_the_mixed_check_starts_the_new_regime_and_is_its_reference():
     seen: list[Observation] = []
 
     class Record(StaticTuner):
-        settle = False
-
         def observe(self, obs: Observation) -> Decision | None:
             seen.append(obs)
             return None
@@ -115,7 +132,10 @@ def test_a_tuner_that_does_not_settle_is_asked_at_the_check_that_shows_the_chang
 
 
 def test_a_settling_check_is_kept_in_the_statistics_of_a_single_process():
-    c = Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=5, warmup_iters=0, world_size=1)
+    class Settles(StaticTuner):
+        settle = True
+
+    c = Controller(Settles(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=5, warmup_iters=0, world_size=1)
     for i, speed in enumerate([100, 50, 50]):
         c.decide(5 * i + 4, [_w(speed, 5)])
     assert [h["speed"] for h in c.history] == [100, 50, 50]
