@@ -252,7 +252,8 @@ class AutoByteTuner(Tuner):
             below their predictions this job's trials ran (the winner's curse
             of picking the best of many predictions;
             :meth:`Scorer.trial_bias <autobyte.meta._policies.Scorer.trial_bias>`);
-            ``False`` (default, not measured better yet): predictions as scored.
+            ``False`` (default; measured on real runs: fewer trials, the same
+            throughput, docs/benchmarks.md 7.6): predictions as scored.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
