@@ -55,15 +55,21 @@ def test_controller_bad_arguments(kw, match):
         Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [1], **kw)
 
 
+class _Keeps(StaticTuner):
+    """Never moves; keeps every observation."""
+
+    def __init__(self) -> None:
+        self.seen: list[Observation] = []
+
+    def observe(self, obs: Observation) -> Decision | None:
+        self.seen.append(obs)
+        return None
+
+
 def test_checks_join_into_one_window_per_tuner_call():
-    seen: list[Observation] = []
-
-    class Record(StaticTuner):
-        def observe(self, obs: Observation) -> Decision | None:
-            seen.append(obs)
-            return None
-
-    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10)
+    t = _Keeps()
+    seen = t.seen
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10)
     assert c.check_iters == 5 and not c.check_due(4) and c.check_due(5)
     assert Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [1], window_iters=5).check_iters == 5  # odd: whole windows
     assert c.decide(4, [_w(100, 5), _w(100, 5)]) is None and not seen  # half a window: wait
@@ -72,58 +78,54 @@ def test_checks_join_into_one_window_per_tuner_call():
     assert seen[0].speed == pytest.approx(2 * 105) and not seen[0].regime_changed  # 2 ranks, equal-length halves
 
 
-def test_a_speed_jump_under_one_config_is_acted_on_at_once():
-    seen: list[Observation] = []
+class _Recorder(Flip):
+    """Flip, keeping every observation; ``settle`` as the controller reads it."""
 
-    class Record(Flip):
-        def observe(self, obs: Observation) -> Decision | None:
-            seen.append(obs)
-            return super().observe(obs)
+    def __init__(self, settle: bool = False) -> None:
+        self.seen: list[Observation] = []
+        self.settle = settle
 
-    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    def observe(self, obs: Observation) -> Decision | None:
+        self.seen.append(obs)
+        return super().observe(obs)
+
+
+def _steady(settle: bool = False) -> tuple[_Recorder, Controller]:
+    """A controller that has seen a full window at 100 samples/s and half a window at 99 (the same conditions)."""
+    t = _Recorder(settle)
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
     c.decide(9, [_w(100, 10)])  # a full window at 100 samples/s: keep
-    assert c.decide(14, [_w(99, 5)]) is None and len(seen) == 1  # 1% slower: same conditions, wait
+    assert c.decide(14, [_w(99, 5)]) is None and len(t.seen) == 1  # 1% slower: same conditions, wait
+    return t, c
+
+
+def test_a_speed_jump_under_one_config_is_acted_on_at_once():
+    t, c = _steady()
     d = c.decide(19, [_w(60, 5)])  # 40% slower half a window later: conditions changed
-    assert len(seen) == 2 and seen[1].regime_changed and seen[1].speed == pytest.approx(60)
-    assert seen[1].features.layer_time_s.shape == (2, 1) and c.history[-1]["iterations"] == 5
+    assert len(t.seen) == 2 and t.seen[1].regime_changed and t.seen[1].speed == pytest.approx(60)
+    assert t.seen[1].features.layer_time_s.shape == (2, 1) and c.history[-1]["iterations"] == 5
     assert c.history[-1]["regime_changed"] is True
     assert d is not None and d.config == SPACE[1]
     # after a reconfiguration, the first check has nothing to compare with
     c.applied(20, d.config)
-    assert c.decide(24, [_w(300, 5)]) is None and len(seen) == 2
+    assert c.decide(24, [_w(300, 5)]) is None and len(t.seen) == 2
 
 
 def test_a_tuner_that_settles_is_asked_at_the_check_after_the_one_that_shows_the_change():
-    seen: list[Observation] = []
-
-    class Record(Flip):
-        settle = True
-
-        def observe(self, obs: Observation) -> Decision | None:
-            seen.append(obs)
-            return super().observe(obs)
-
-    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
-    c.decide(9, [_w(100, 10)])  # a full window at 100 samples/s: keep
-    assert c.decide(14, [_w(99, 5)]) is None and len(seen) == 1  # 1% slower: same conditions, wait
+    t, c = _steady(settle=True)
     # 30% slower half a window later: conditions changed inside this check (it mixes both): dropped
-    assert c.decide(19, [_w(70, 5)]) is None and len(seen) == 1 and c.detector.settling
+    assert c.decide(19, [_w(70, 5)]) is None and len(t.seen) == 1 and c.detector.settling
     assert [h["iteration"] for h in c.history] == [9]
     d = c.decide(24, [_w(60, 5)])  # the next check, wholly in the new conditions: the tuner is asked at once
-    assert len(seen) == 2 and seen[1].regime_changed and seen[1].speed == pytest.approx(60)
+    assert len(t.seen) == 2 and t.seen[1].regime_changed and t.seen[1].speed == pytest.approx(60)
     assert c.history[-1]["regime_changed"] is True and c.detector.last == {SPACE[0]: 60}  # the reference is the clean check
     assert d is not None and d.config == SPACE[1]
 
 
 def test_by_default_the_mixed_check_starts_the_new_regime_and_is_its_reference():
-    seen: list[Observation] = []
-
-    class Record(StaticTuner):
-        def observe(self, obs: Observation) -> Decision | None:
-            seen.append(obs)
-            return None
-
-    c = Controller(Record(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    t = _Keeps()
+    seen = t.seen
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
     c.decide(9, [_w(100, 10)])
     c.decide(14, [_w(70, 5)])  # the mixed check is the new regime's first
     assert len(seen) == 2 and seen[1].regime_changed and seen[1].speed == pytest.approx(70)
