@@ -156,8 +156,7 @@ class Controller:
     with ``settle = True`` is asked at the next check instead, on that check
     alone, and the mixed one is dropped (no window, and no reference of the
     detector, mixes two regimes; the tuner hears of the change a check later).
-    Changes are
-    judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
+    Changes are judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
     configuration measured again runs more than ``regime_change`` away from
     its last measurement in this regime.
 
