@@ -4,6 +4,7 @@
 config at given iterations; ``sweep``: measure each config for
 ``iters_per_config`` after ``warmup`` iterations; otherwise ``iters``
 iterations) into the number of iterations and the switches;
+:func:`decision_row` is one line of ``decisions.jsonl`` (a window outcome);
 :func:`write_rank_outputs` writes ``rank<R>.json`` and, on rank 0,
 ``iterations.jsonl``, ``decisions.jsonl`` and (sweeps) ``sweep.jsonl``, the
 files :mod:`autobyte.bench._real` reads.
@@ -31,6 +32,20 @@ def iteration_plan(spec: dict[str, Any]) -> tuple[int, dict[int, Config], list[t
     phases = {int(k): v for k, v in spec.get("phases", [])} if method == "phases" else {}
     switch = dict(sweep) if sweep else {k: Config(int(v[0]), int(v[1])) for k, v in phases.items()}
     return n_iters, switch, sweep
+
+
+def decision_row(out: Any) -> dict[str, Any]:
+    """One ``decisions.jsonl`` row of a :class:`~autobyte.core.window.WindowOutcome`: the config in force, the
+    decision's reason and predicted speed when one was made, the observed speed, and ``regime_changed`` at the
+    check where the tuner heard of a change of conditions."""
+    cfg = out.config
+    row: dict[str, Any] = {"iteration": out.iteration, "config": [cfg.partition_bytes, cfg.credit_bytes]}
+    if out.decision is not None:
+        row.update(reason=out.decision.reason, predicted_speed=out.decision.predicted_speed)
+    row["observed_speed"] = out.speed
+    if out.regime_changed:
+        row["regime_changed"] = True
+    return row
 
 
 def write_rank_outputs(out_dir: str, rank: int, world: int, batch_size: int, spec: dict[str, Any], meta: dict[str, Any],

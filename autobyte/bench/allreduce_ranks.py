@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..integrations.torch import schedule
     from ..testbed import notify_iteration
     from .emulation import DEFAULT_SCALE, Emulation, is_emulated
-    from ._rank_plan import iteration_plan, write_rank_outputs
+    from ._rank_plan import decision_row, iteration_plan, write_rank_outputs
     from .models import make_model, model_batches
 
     torch.set_num_threads(int(spec.get("threads", 1)))
@@ -94,14 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     net: Any = model
 
     def log_decision(out: Any) -> None:  # a WindowOutcome of core's window protocol
-        cfg = out.config
-        row: dict[str, Any] = {"iteration": out.iteration, "config": [cfg.partition_bytes, cfg.credit_bytes]}
-        if out.decision is not None:
-            row.update(reason=out.decision.reason, predicted_speed=out.decision.predicted_speed)
-        row["observed_speed"] = out.speed
-        if out.regime_changed:  # the first check wholly in new conditions (core.regime.RegimeDetector)
-            row["regime_changed"] = True
-        decisions.append(row)
+        decisions.append(decision_row(out))
 
     from ..core.tuners import import_tuners, make_tuner
 

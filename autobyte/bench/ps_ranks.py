@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     from mxnet import autograd, gluon
 
     from ..testbed import notify_iteration
-    from ._rank_plan import iteration_plan, write_rank_outputs
+    from ._rank_plan import decision_row, iteration_plan, write_rank_outputs
 
     kv = mx.kv.create("dist_sync")
     rank, world = int(kv.rank), int(kv.num_workers)
@@ -76,14 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     tuner: Any = None
 
     def log_decision(out: Any) -> None:  # a WindowOutcome of core's window protocol
-        cfg = out.config
-        row: dict[str, Any] = {"iteration": out.iteration, "config": [cfg.partition_bytes, cfg.credit_bytes]}
-        if out.decision is not None:
-            row.update(reason=out.decision.reason, predicted_speed=out.decision.predicted_speed)
-        row["observed_speed"] = out.speed
-        if out.regime_changed:  # the first check wholly in new conditions (core.regime.RegimeDetector)
-            row["regime_changed"] = True
-        decisions.append(row)
+        decisions.append(decision_row(out))
 
     if method != "dist_sync":
         start = spec.get("config") or (spec["phases"][0][1] if method == "phases" else spec["configs"][0])

@@ -61,3 +61,16 @@ def test_trace_starts_high_and_summary_ratios():
     assert s["throughput"]["bo"]["all"] == pytest.approx(32 / 0.2)
     assert s["vs_bo"]["autobyte"]["all"] == pytest.approx(2.0)
     assert s["vs_bo"]["autobyte"]["low"] == pytest.approx(2.0)
+
+
+def test_decision_row_keeps_what_a_window_outcome_says():
+    from autobyte.bench._rank_plan import decision_row
+    from autobyte.core import Config
+    from autobyte.core.window import DecisionRecord, WindowOutcome
+
+    a, b = Config(1 << 20, 4 << 20), Config(4 << 20, 16 << 20)
+    quiet = WindowOutcome(9, True, True, None, a, 9, speed=120.0)
+    assert decision_row(quiet) == {"iteration": 9, "config": [a.partition_bytes, a.credit_bytes], "observed_speed": 120.0}
+    moved = WindowOutcome(19, True, True, DecisionRecord(20, a, b, "explore", 150.0, 60.0), b, 20, speed=60.0, regime_changed=True)
+    assert decision_row(moved) == {"iteration": 19, "config": [b.partition_bytes, b.credit_bytes], "reason": "explore",
+                                   "predicted_speed": 150.0, "observed_speed": 60.0, "regime_changed": True}
