@@ -12,6 +12,7 @@ on 2026-11-25 (no refiling, no tail, trials 3 powers of two away); the others sw
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from autobyte.core.tuners import register_tuner
@@ -60,3 +61,7 @@ register_tuner("autobyte-settle", _settle(_variant(), True))
 register_tuner("autobyte-straddle", _settle(_variant(), False))
 # 2026-11-26 (stop 24): the explorer lowers predictions by how far below them this job's trials ran
 register_tuner("autobyte-debias", _variant(debias=True))
+# 2026-11-26 (stop 25): the head fine-tuned on the CNN's real windows (`autobyte collect --finetune
+# docs/figures/calib_real/raw`, docs/calibration.md; tune side only: no row of the held-out scenarios' models)
+CNN_FT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "figures", "meta_real", "cnn_ft.npz")
+register_tuner("autobyte-cnnft", _variant(weights=CNN_FT))
