@@ -36,12 +36,13 @@ from ..core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, KiB, MiB, Config
 from ..core._checks import check_int, check_positive
 
 
-def check_rates(low_mbit: Any, high_mbit: Any) -> None:
-    """A step trace's two rates: positive, high above low."""
+def check_rates(low_mbit: Any, high_mbit: Any, *, constant_ok: bool = False) -> None:
+    """A step trace's two rates: positive, high above low (or equal to it with ``constant_ok``: a constant trace)."""
     check_positive("low_mbit", low_mbit, "Mbit/s")
     check_positive("high_mbit", high_mbit, "Mbit/s")
-    if high_mbit <= low_mbit:
-        raise ValueError(f"high_mbit must be above low_mbit, but got low_mbit={low_mbit}, high_mbit={high_mbit}.")
+    if high_mbit < low_mbit or (high_mbit == low_mbit and not constant_ok):
+        rule = "above low_mbit or equal to it (a constant trace)" if constant_ok else "above low_mbit"
+        raise ValueError(f"high_mbit must be {rule}, but got low_mbit={low_mbit}, high_mbit={high_mbit}.")
 
 #: The oracle's candidate grid (also BO's search box corners): partitions x credit multiples.
 GRID_PARTITIONS = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
@@ -72,7 +73,7 @@ def check_arch_methods(arch: Any, methods: Sequence[str]) -> None:
 
 @dataclass
 class BenchPlan:
-    """What one ``autobyte bench`` run does."""
+    """What one ``autobyte bench`` run does (``low_mbit == high_mbit``: a constant trace, one grid)."""
 
     low_mbit: float = 200.0
     high_mbit: float = 2000.0
@@ -95,7 +96,7 @@ class BenchPlan:
     grid: Sequence[Config] | None = None
 
     def __post_init__(self) -> None:
-        check_rates(self.low_mbit, self.high_mbit)
+        check_rates(self.low_mbit, self.high_mbit, constant_ok=True)
         for name in ("every", "iters", "window_iters", "grid_iters", "bo_iters", "batch_size"):
             check_int(name, getattr(self, name))
         if self.arch == "ps" and self.methods is METHODS:  # the default methods: the parameter server's
@@ -112,6 +113,8 @@ class BenchPlan:
         return self.high_mbit if (it // self.every) % 2 == 0 else self.low_mbit
 
     def trace_spec(self) -> str:
+        if self.low_mbit == self.high_mbit:
+            return f"const:{self.high_mbit:g}"
         n = -(-self.iters // self.every)
         return f"step:{self.high_mbit:g},{self.low_mbit:g}@{self.every}it,n={n}"
 
@@ -200,7 +203,7 @@ def run_bench(plan: BenchPlan, out: str, log: Any = print) -> dict[str, Any]:
     best: dict[float, Config] = {}
     grid: dict[float, dict[Config, float]] = {}
     if {"oracle", "hindsight"} & set(plan.methods):
-        for rate in (plan.high_mbit, plan.low_mbit):
+        for rate in dict.fromkeys((plan.high_mbit, plan.low_mbit)):  # one grid on a constant trace
             log(f"oracle grid at {rate:g} Mbit/s ({len(plan.grid_configs())} configs)")
             grid[rate] = _sweep(rate, plan, out, log)
             best[rate] = max(grid[rate], key=grid[rate].__getitem__)
@@ -323,7 +326,7 @@ def plot(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]], decisions: dict
 
     fig, ax = plt.subplots(figsize=(9, 4))
     for start in range(0, plan.iters, plan.every):
-        if plan.rate_at(start) == plan.low_mbit:
+        if plan.rate_at(start) == plan.low_mbit < plan.high_mbit:
             ax.axvspan(start, min(plan.iters, start + plan.every), color="0.92", lw=0)
     for m, its in runs.items():
         xs, ys = [], []

@@ -63,6 +63,18 @@ def test_trace_starts_high_and_summary_ratios():
     assert s["vs_bo"]["autobyte"]["low"] == pytest.approx(2.0)
 
 
+def test_bench_plan_with_equal_rates_is_a_constant_trace():
+    plan = BenchPlan(low_mbit=2500, high_mbit=2500, every=6, iters=6, batch_size=8)
+    assert plan.trace_spec() == "const:2500"
+    assert {plan.rate_at(i) for i in range(6)} == {2500}
+    s = summarize(plan, {"ddp": [{"iteration": i, "seconds": 0.5} for i in range(6)]})
+    assert s["throughput"]["ddp"]["all"] == pytest.approx(16 / 0.5) == s["throughput"]["ddp"]["high"]
+    with pytest.raises(ValueError, match=r"high_mbit must be above low_mbit or equal to it \(a constant trace\), but got low_mbit=300"):
+        BenchPlan(low_mbit=300, high_mbit=200)
+    with pytest.raises(ValueError, match="high_mbit must be above low_mbit, but got"):
+        DemoPlan(low_mbit=300, high_mbit=300)  # the demo's trace alternates: equal rates stay an error there
+
+
 def test_decision_row_keeps_what_a_window_outcome_says():
     from autobyte.bench._rank_plan import decision_row
     from autobyte.core import Config
