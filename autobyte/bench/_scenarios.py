@@ -309,6 +309,11 @@ def _suites() -> dict[str, Suite]:
                  "6 Gbit/s / 10), then jobs join as in the paper's Fig. 7: a competing TCP flow 1->0 shares the link "
                  "(iterations 20-59), rank 1 also computes 2x slower (40-59), all gone at 60", 10.0),
     )
+    # the README's `autobyte bench --low-mbit 500` as a suite scenario, so tuner variants run beside it (tuner:NAME)
+    readme = (
+        Scenario("readme-step", "cnn", tuple(Phase(20, c) for c in (fast, Condition(500)) * 5), "tune", 16,
+                 "the README's scenario: CNN; two-rate step 2000/500 Mbit/s every 20 iterations (200 iterations)"),
+    )
     emu_smoke = (
         Scenario("emu-smoke", "emu:densenet121", (Phase(3, Condition(2000)), Phase(3, Condition(600, slowdown=2.0))), "tune", 32,
                  "DenseNet-121 emulated at V100 speed / 2 (32 MB in 121 tensors); 3 iterations at 2000 Mbit/s, then 3 at "
@@ -318,6 +323,8 @@ def _suites() -> dict[str, Suite]:
         "full": Suite("full", full, repeats=2, about="6 scenarios (4 tune, 2 held out), the 15-config grid, BO 200 iterations"),
         "quick": Suite("quick", quick, partitions=(256 * KiB, 4 * MiB), credits=(1, 4), grid_iters=6, grid_warmup=2,
                        bo_iters=120, window_iters=5, repeats=2, about="2 short scenarios, 4-config grid, a few minutes"),
+        "readme": Suite("readme", readme, repeats=3, about="the README's scenario (`autobyte bench --low-mbit 500`), 3 repeats, "
+                                                            "the 15-config grid, BO 200 iterations"),
         "smoke": Suite("smoke", smoke, partitions=(256 * KiB, 4 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
                        bo_iters=6, window_iters=3, repeats=1, about="one 8-iteration scenario: the test suite's real run"),
         "paper": Suite("paper", paper, partitions=(256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 8 * MiB, 32 * MiB), credits=(1, 2, 4),

@@ -402,3 +402,15 @@ def test_emulated_smoke_suite_runs_for_real(tmp_path):
         assert all(r["seconds"] >= 0.97 * emu.compute_s for r in its[1:3]), its
         assert all(r["seconds"] >= 0.97 * 2 * emu.compute_s for r in its[4:]), its
         assert sc["methods"][m]["median"] > 0
+
+
+def test_readme_suite_is_the_readme_benchs_scenario():
+    # `autobyte bench --low-mbit 500` (the README's scenario) as a suite, so tuner variants run beside it
+    from autobyte.bench._real import BenchPlan
+
+    (sc,) = SUITES["readme"].scenarios
+    plan = BenchPlan(low_mbit=500)
+    assert sc.model == "cnn" and sc.batch_size == plan.batch_size and sc.iters == plan.iters
+    assert [sc.condition_at(i).mbit for i in range(plan.iters)] == [plan.rate_at(i) for i in range(plan.iters)]
+    assert SUITES["readme"].grid() == plan.grid_configs() and SUITES["readme"].window_iters == plan.window_iters
+    assert SUITES["readme"].repeats == 3
