@@ -65,3 +65,8 @@ register_tuner("autobyte-debias", _variant(debias=True))
 # docs/figures/calib_real/raw`, docs/calibration.md; tune side only: no row of the held-out scenarios' models)
 CNN_FT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "figures", "meta_real", "cnn_ft.npz")
 register_tuner("autobyte-cnnft", _variant(weights=CNN_FT))
+# 2026-11-26 (stop 25): expected gains scaled by the share this job's trials realised (Payoff)
+register_tuner("autobyte-payoff", _variant(payoff=True))
+# the explorer's gains and costs in iterations' worth of time instead of log speed ratios (stop 25), alone and with Payoff
+register_tuner("autobyte-time", _variant(time_units=True))
+register_tuner("autobyte-time-payoff", _variant(time_units=True, payoff=True))

@@ -20,6 +20,8 @@
 * :class:`Explorer` — measure a candidate not yet measured here while the
   expected gain over the time left in this regime exceeds the expected cost of
   the trial, and while the do-no-harm allowance covers the trial's worst case.
+* :class:`Payoff` — what this job's trials paid against what the explorer
+  expected of them; the explorer's expected gains are scaled by it.
 * :class:`Learner` — labels pairs of windows of one regime with their speed
   ratio and adapts the network's head online when its predictions are wrong.
 
@@ -576,6 +578,13 @@ def _norm_cdf(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
 
 
+def _below(mu: np.ndarray, s: np.ndarray, line: np.ndarray) -> np.ndarray:
+    """``E[exp(-X) - 1; X < line]`` for ``X ~ N(mu, s^2)`` and ``line <= 0``: the expected time lost per
+    iteration, in iterations, by a configuration whose log speed ratio to the current one is ``X``, counted
+    where ``X`` is below ``line`` (``exp(-X)`` is log-normal: its mean below the line is the normal's, shifted by ``s^2``)."""
+    return np.exp(-mu + s * s / 2) * _norm_cdf((line - mu + s * s) / s) - _norm_cdf((line - mu) / s)
+
+
 class Explorer:
     """Measure an unmeasured candidate while the trial pays for itself.
 
@@ -612,11 +621,18 @@ class Explorer:
             beats the best measured here by this much; ``None`` (default):
             the expected improvement alone decides, so a candidate predicted
             slower can be tried for its uncertainty.
+        time_units: gains and costs in iterations' worth of time: an
+            iteration at ``v`` instead of ``v0`` costs ``v0 / v - 1``
+            iterations, so a trial with a fat downside (a far, uncertain
+            candidate that may run 10x slower) costs what it would; ``False``
+            (default): in log speed ratios, which count a 10x slowdown as 2.3
+            iterations per iteration instead of 9.
     """
 
     def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0, max_sigma: float = 0.25,
                  max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7,
-                 near_best: float | None = None, min_predicted_gain: float | None = None) -> None:
+                 near_best: float | None = None, min_predicted_gain: float | None = None, time_units: bool = False) -> None:
+        self.time_units = bool(time_units)
         self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
         self.abort_margin = None if abort_margin is None else _check_range("abort_margin", abort_margin, 1e-3, 0.9)
         self.abort_iters = int(_check_range("abort_iters", abort_iters, 1, self.trial_iters))
@@ -630,8 +646,9 @@ class Explorer:
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
                 misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0,
-                bias: float = 0.0) -> tuple[Config, str] | None:
-        """The candidate to try next, with the reason, or ``None`` (no trial pays).
+                bias: float = 0.0, payoff: float = 1.0) -> tuple[Config, str, float] | None:
+        """The candidate to try next, with the reason and its expected improvement over the best
+        measured (log units per iteration, before ``payoff``), or ``None`` (no trial pays).
 
         ``misses``: trials in a row in this regime that found nothing faster;
         at ``max_misses`` the predictor has shown it cannot point to a better
@@ -647,12 +664,16 @@ class Explorer:
         ``bias``: how far below their predictions this job's trials ran (log
         units, 0 or negative; :meth:`Scorer.trial_bias`); every candidate's
         prediction is lowered by it before its gain and cost are weighed.
+        ``payoff``: the share of their expected gain this job's trials
+        realised (:meth:`Payoff.factor`, in [0, 1]); every expected gain is
+        scaled by it before it is weighed against the cost.
 
         Raises:
-            ValueError: ``bias`` positive or not finite.
+            ValueError: ``bias`` positive or not finite; ``payoff`` not in [0, 1].
         """
         if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias) or bias > 0:
             raise ValueError(f"bias must be a finite number <= 0 (log units), but got bias={bias!r}.")
+        _check_range("payoff", payoff, 0.0, 1.0)
         if not measured or misses >= self.max_misses:
             return None
         predicted = predicted * math.exp(bias)  # what a trial is expected to run, given how this job's trials ran
@@ -684,11 +705,17 @@ class Explorer:
             return None
         s = sigma * (1.0 + self.widen * dist)
         mu_gain = np.log(np.maximum(predicted, 1e-12) / best_known)
-        z = mu_gain / s
-        ei = s * _norm_pdf(z) + mu_gain * _norm_cdf(z)  # expected log improvement over the best measured
         mu_cost = np.log(np.maximum(predicted, 1e-12) / speed)
-        zc = mu_cost / s
-        el = s * _norm_pdf(zc) - mu_cost * _norm_cdf(-zc)  # expected log slowdown against the current config
+        if self.time_units:
+            # in iterations' worth of time: an iteration at speed v instead of v0 costs v0 / v - 1 of one,
+            # which a log slowdown understates in the tail (10x slower: 9 iterations, log 2.3)
+            ei = _norm_cdf(mu_gain / s) - np.exp(-mu_gain + s * s / 2) * _norm_cdf((mu_gain - s * s) / s)  # E[(1 - best/truth)+]
+            el = _below(mu_cost, s, np.zeros_like(mu_cost))  # E[(speed/truth - 1)+]
+        else:
+            z = mu_gain / s
+            ei = s * _norm_pdf(z) + mu_gain * _norm_cdf(z)  # expected log improvement over the best measured
+            zc = mu_cost / s
+            el = s * _norm_pdf(zc) - mu_cost * _norm_cdf(-zc)  # expected log slowdown against the current config
         cost = el * self.trial_iters
         low = np.maximum(predicted, 1e-12) * np.exp(-np.maximum(s, downside))  # one error below, or as far as the worst miss
         iters = np.full(len(predicted), float(self.trial_iters))
@@ -696,11 +723,14 @@ class Explorer:
             # a trial whose truth falls below the abort line runs only abort_iters: the slowdown
             # below min(line, current) is paid for that many iterations, not a whole trial's
             line = np.log(best_known * (1.0 - self.abort_margin) / speed)
-            zb = (np.minimum(line, 0.0) - mu_cost) / s
-            cut = s * _norm_pdf(zb) - mu_cost * _norm_cdf(zb)  # E[-log(truth/speed); truth below the line]
+            if self.time_units:
+                cut = _below(mu_cost, s, np.minimum(line, 0.0))  # E[speed/truth - 1; truth below the line]
+            else:
+                zb = (np.minimum(line, 0.0) - mu_cost) / s
+                cut = s * _norm_pdf(zb) - mu_cost * _norm_cdf(zb)  # E[-log(truth/speed); truth below the line]
             cost = cost - (self.trial_iters - self.abort_iters) * np.maximum(cut, 0.0)
             iters = np.where(low < best_known * (1.0 - self.abort_margin), float(self.abort_iters), iters)
-        value = ei * horizon - cost
+        value = payoff * ei * horizon - cost
         if allowance is not None:  # the trial's cost if the truth is one sigma below the prediction
             worst = iters * (speed / low - 1.0)
             free &= worst <= allowance
@@ -710,9 +740,95 @@ class Explorer:
             return None
         cfg = space[k]
         lowered = f", lowered {100 * (1 - math.exp(bias)):.0f}% as this job's trials ran" if bias < 0 else ""
+        paid = f" (x{payoff:.2f}: the share of expected gains this job's trials realised)" if payoff < 1 else ""
         return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s{lowered} (best measured {best_known:.1f}, "
-                     f"error {100 * s[k]:.0f}%): expected gain {ei[k] * horizon:.2f} iterations over {horizon:.0f} "
-                     f"left in these conditions, expected cost {cost[k]:.2f}")
+                     f"error {100 * s[k]:.0f}%): expected gain {payoff * ei[k] * horizon:.2f} iterations over {horizon:.0f} "
+                     f"left in these conditions{paid}, expected cost {cost[k]:.2f}"), float(ei[k])
+
+
+class Payoff:
+    """What this job's trials paid against what the explorer expected of them.
+
+    The explorer values a trial by its expected improvement over the best
+    measured configuration (:class:`Explorer`, in log units per iteration),
+    computed from the predictor's error as if that error were unbiased noise.
+    On a system unlike the one the predictor learnt, its favourites keep
+    losing (real runs: trials predicted 1.5x faster that ran 10-50% slower,
+    one after another), and the error model cannot see it: it describes how
+    far predictions miss, not that the best-looking ones miss downwards.
+    Each trial's outcome is recorded here against its expectation: the
+    *realised* improvement over the best measured when it was chosen, in the
+    explorer's units (``max(0, log(measured / best))``, or with
+    ``time_units`` ``max(0, 1 - best / measured)``; 0 for a trial that found
+    nothing faster, or was aborted).
+    :meth:`factor` is the ratio of the realised to the expected improvement
+    over the last ``memory`` trials, with ``prior`` trials' worth of weight on
+    a ratio of 1 (a job's first trials are taken at the predictor's word),
+    never above 1 (a lucky trial does not make the predictor's next favourite
+    look better than predicted). The explorer multiplies every expected gain
+    by it, so a job whose trials keep finding nothing stops exploring once a
+    trial's gain no longer covers its cost, in every regime, not after
+    ``max_misses`` in each.
+
+    Args:
+        prior: trials' worth of weight on a ratio of 1 (1.0).
+        memory: trials remembered (8).
+        time_units: improvements as the share of an iteration's time saved
+            (the explorer's ``time_units``); ``False`` (default): log speed ratios.
+
+    Raises:
+        ValueError: ``prior`` not in (0, 100] or ``memory`` not in [1, 1000].
+    """
+
+    def __init__(self, prior: float = 1.0, memory: int = 8, time_units: bool = False) -> None:
+        self.time_units = bool(time_units)
+        self.prior = _check_range("prior", prior, 1e-6, 100.0)
+        self.memory = int(_check_range("memory", memory, 1, 1000))
+        self.record: deque[tuple[float, float]] = deque(maxlen=self.memory)  # (expected, realised) log gains per iteration
+        #: the trial chosen and not yet measured: configuration, expected gain, best measured speed when chosen
+        self.pending: tuple[Config, float, float] | None = None
+
+    def expect(self, config: Config, expected: float, best_known: float) -> None:
+        """A trial of ``config`` starts, expected to improve on ``best_known`` samples/s by ``expected`` (log units)."""
+        if not (math.isfinite(expected) and expected >= 0 and math.isfinite(best_known) and best_known > 0):
+            raise ValueError(f"a trial needs a finite expected gain >= 0 and best speed > 0, but got "
+                             f"expected={expected!r}, best_known={best_known!r}.")
+        self.pending = (config, float(expected), float(best_known))
+
+    def outcome(self, config: Config, speed: float) -> float | None:
+        """The pending trial of ``config`` measured ``speed``: recorded; returns the realised gain (``None``: no such trial)."""
+        pending, self.pending = self.pending, None
+        if pending is None or pending[0] != config or not (math.isfinite(speed) and speed > 0):
+            return None
+        realised = max(0.0, 1.0 - pending[2] / speed if self.time_units else math.log(speed / pending[2]))
+        self.record.append((pending[1], realised))
+        return realised
+
+    def drop(self) -> None:
+        """The pending trial cannot be judged (conditions changed under it): forgotten."""
+        self.pending = None
+
+    def factor(self) -> float:
+        """Realised over expected improvement of the last trials, shrunk towards 1, at most 1 (1 before any trial)."""
+        if not self.record:
+            return 1.0
+        mean_expected = sum(e for e, _ in self.record) / len(self.record)
+        if mean_expected <= 0:
+            return 1.0
+        realised = sum(r for _, r in self.record) / mean_expected
+        return min(1.0, (self.prior + realised) / (self.prior + len(self.record)))
+
+    def state_dict(self) -> dict[str, Any]:
+        p = self.pending
+        return {"record": [list(r) for r in self.record], "pending": None if p is None else [*_cfg(p[0]), p[1], p[2]]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "record" in state:
+            self.record.clear()
+            self.record.extend((float(e), float(r)) for e, r in state["record"])
+        if "pending" in state:
+            p = state["pending"]
+            self.pending = None if p is None else (Config(int(p[0]), int(p[1])), float(p[2]), float(p[3]))
 
 
 # ---------------------------------------------------------------------- learning

@@ -16,7 +16,7 @@ from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuning import Decision, Observation, Tuner
 
 from ._network import MetaNetwork, _Head
-from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
+from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Payoff, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
 
 _log = logging.getLogger("autobyte.meta")
 
@@ -254,6 +254,15 @@ class AutoByteTuner(Tuner):
             :meth:`Scorer.trial_bias <autobyte.meta._policies.Scorer.trial_bias>`);
             ``False`` (default; measured on real runs: fewer trials, the same
             throughput, docs/benchmarks.md 7.6): predictions as scored.
+        payoff: the explorer scales every expected gain by the share of their
+            expected gain this job's trials realised (:class:`~autobyte.meta._policies.Payoff`:
+            after trials that found nothing faster it explores less, in every
+            regime); ``False`` (default): expected gains as the error model gives them.
+            The record is kept (and logged) either way.
+        time_units: the explorer weighs a trial's gain and cost in
+            iterations' worth of time (:class:`~autobyte.meta._policies.Explorer`):
+            a candidate that may run 10x slower costs 9 iterations per
+            iteration, not log 10 = 2.3; ``False`` (default): in log speed ratios.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -292,6 +301,8 @@ class AutoByteTuner(Tuner):
         refile: bool = True,
         tail: bool = True,
         debias: bool = False,
+        payoff: bool = False,
+        time_units: bool = False,
     ) -> None:
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
@@ -307,7 +318,7 @@ class AutoByteTuner(Tuner):
         # a trial that the aborter would end costs only its first check (half a window and the warm-up)
         self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
                                  abort_iters=min(7, trial_iters), near_best=near_best,
-                                 min_predicted_gain=min_predicted_gain)
+                                 min_predicted_gain=min_predicted_gain, time_units=time_units)
         self.verifier = Verifier()
         self.verify = bool(verify)
         if short_horizon_iters is not None:
@@ -323,6 +334,7 @@ class AutoByteTuner(Tuner):
         self.refile = bool(refile)
         self.tail = bool(tail)
         self.debias = bool(debias)
+        self.payoff = bool(payoff)
         self._reset()
 
     def _reset(self) -> None:
@@ -330,6 +342,7 @@ class AutoByteTuner(Tuner):
         self._window = 0
         self._last_pred: tuple[Config, np.ndarray, np.ndarray, float] | None = None  # last window's config, predictions, raw log ratios, speed
         self._trial: tuple[Config, float, Config] | None = None  # the trial decided last window: config, prediction, left
+        self.trial_record = Payoff(time_units=self.explorer.time_units)  # what trials paid against what was expected of them
         # a surprising measurement not yet judged: config, prediction, speed, raw log ratio, anchor, window share
         self._held: tuple[Config, float, float, float, float, float] | None = None
         self._left: Config | None = None  # the configuration the last decision left
@@ -370,8 +383,11 @@ class AutoByteTuner(Tuner):
         trial, self._trial = self._trial, None
         if trial is not None and trial[0] == obs.config and not obs.regime_changed:
             self.scorer.trial(trial[1], obs.speed)
+            self.trial_record.outcome(obs.config, obs.speed)
             others = [v for c, v in measured.items() if c != obs.config]
             regime.misses = 0 if others and obs.speed > max(others) * (1 + self.mover.trigger.min_gain) else regime.misses + 1
+        else:
+            self.trial_record.drop()  # no trial ran this window, or conditions changed under it
         move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left)
         if move is not None:
             return self._decide(obs, move[0], move[1], measured[move[0]])
@@ -387,10 +403,12 @@ class AutoByteTuner(Tuner):
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
                                               self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
                                               self.scorer.equivalence, self.scorer.downside() if self.tail else 0.0,
-                                              self.scorer.trial_bias() if self.debias else 0.0)
+                                              self.scorer.trial_bias() if self.debias else 0.0,
+                                              self.trial_record.factor() if self.payoff else 1.0)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
+                self.trial_record.expect(trial_cfg[0], trial_cfg[2], max(measured.values()))
                 self.n_trials += 1
                 return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
         if _log.isEnabledFor(logging.DEBUG):
@@ -495,6 +513,7 @@ class AutoByteTuner(Tuner):
             _, regime = recorded
             regime.misses += 1  # a trial that found nothing faster
             self.scorer.trial(trial[1], obs.speed)
+            self.trial_record.outcome(obs.config, obs.speed)
             self._trial = None
             self.n_aborts += 1
             return self._decide(obs, abort[0], abort[1], measured[abort[0]])
@@ -546,6 +565,7 @@ class AutoByteTuner(Tuner):
             "ledger": self.ledger.state_dict(),
             "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
             "learner": self.learner.state_dict(),
+            "trial_record": self.trial_record.state_dict(),
             "mover": self.mover.trigger.state_dict(),
             "trial": None if self._trial is None else [cfg(self._trial[0]), self._trial[1], cfg(self._trial[2])],
             "held": None if self._held is None else [cfg(self._held[0]), *self._held[1:]],
@@ -583,6 +603,7 @@ class AutoByteTuner(Tuner):
         if hasattr(self, "scorer"):
             self.scorer.load_state_dict(state.get("scorer", {}))
         self.learner.load_state_dict(state.get("learner", {}))
+        self.trial_record.load_state_dict(state.get("trial_record", {}))
         self.mover.trigger.load_state_dict(state.get("mover", {}))
         if "trial" in state:
             t = state["trial"]

@@ -14,7 +14,7 @@ from autobyte import sim
 from autobyte.core.space import Config, KiB, MiB, SearchSpace
 from autobyte.core.tuning import Observation
 from autobyte.meta import AutoByteTuner
-from autobyte.meta._policies import Aborter, Equivalence, Explorer, Ledger, Mover, Scorer, Verifier
+from autobyte.meta._policies import Aborter, Equivalence, Explorer, Ledger, Mover, Payoff, Scorer, Verifier, _below
 
 A, B, C, D = Config(MiB, MiB), Config(4 * MiB, 4 * MiB), Config(16 * MiB, 16 * MiB), Config(256 * KiB, 256 * KiB)
 SPACE = SearchSpace([A, B, C, D])
@@ -168,7 +168,7 @@ def test_aborter_rejects_a_bad_margin(margin):
 
 
 def test_explorer_tries_the_candidate_worth_most():
-    cfg, why = _explore([100.0, 120.0, 104.0, 90.0], {A: 100.0})
+    cfg, why, gain = _explore([100.0, 120.0, 104.0, 90.0], {A: 100.0})
     assert cfg == B and why.startswith("explore")
 
 
@@ -189,7 +189,7 @@ def test_explorer_counts_a_trial_the_aborter_would_end_at_its_first_check():
     # B: as fast as the best on average, but uncertain (30%): its downside costs a whole trial without
     # aborts, only its first check (7 iterations, not 12) with them
     assert _explore([100.0, 100.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, horizon=10.0) is None
-    cfg, why = _explore([100.0, 100.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, horizon=10.0, abort_margin=0.1)
+    cfg, why, _ = _explore([100.0, 100.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, horizon=10.0, abort_margin=0.1)
     assert cfg == B and "expected cost 0.87" in why
     # and one sigma below its prediction it would be ended, so the guard's allowance covers 7 iterations of it
     assert _explore([100.0, 102.0, 60.0, 60.0], {A: 100.0}, sigma=0.2, allowance=2.5) is None
@@ -609,7 +609,7 @@ def test_explorer_lowers_predictions_by_how_trials_ran():
     # B predicted 6% above the best measured, 5% error: tried; after trials that ran ~8% below
     # their predictions it is expected 2% below the best, and no trial pays
     args = ([100.0, 106.0, 60.0, 60.0], {A: 100.0})
-    cfg, why = _explore(*args, horizon=20.0)
+    cfg, why, _ = _explore(*args, horizon=20.0)
     assert cfg == B and "lowered" not in why
     ex = Explorer()
     pick = ex.propose(SPACE, SPACE.to_array(), np.asarray(args[0]), args[1], A, 100.0, 0.05, 20.0, None, 0, None, 0.0, math.log(0.92))
@@ -639,3 +639,141 @@ def test_tuner_records_each_trial_against_its_prediction(fresh_net):
     assert list(t.scorer.trials) == [pytest.approx(math.log(1 / 1.1))]
     assert t.scorer.trial_bias() == pytest.approx(math.log(1 / 1.1) / 3)
     assert AutoByteTuner(fresh_net, background=False).debias is False
+
+
+# ---------------------------------------------------------------- what trials paid against what was expected
+def test_payoff_is_realised_over_expected_gain_shrunk_to_one():
+    p = Payoff(prior=1.0)
+    assert p.factor() == 1.0  # no trial yet: the predictor's word
+    p.expect(B, 0.05, 100.0)
+    assert p.outcome(B, 90.0) == 0.0  # ran slower than the best measured: realised nothing
+    assert p.factor() == pytest.approx(1 / 2)  # one miss against one prior trial at 1
+    p.expect(C, 0.10, 100.0)
+    assert p.outcome(C, 80.0) == 0.0
+    assert p.factor() == pytest.approx(1 / 3)
+    p.expect(D, 0.03, 100.0)
+    assert p.outcome(D, 106.0) == pytest.approx(math.log(1.06))  # a hit: realised 5.8% against 3% expected
+    mean_expected = (0.05 + 0.10 + 0.03) / 3
+    assert p.factor() == pytest.approx((1 + math.log(1.06) / mean_expected) / 4)
+    lucky = Payoff()
+    lucky.expect(B, 0.01, 100.0)
+    lucky.outcome(B, 150.0)  # far more than expected: never above the predictor's word
+    assert lucky.factor() == 1.0
+
+
+def test_payoff_records_only_the_pending_trial():
+    p = Payoff(memory=2)
+    assert p.outcome(B, 90.0) is None  # nothing pending
+    p.expect(B, 0.05, 100.0)
+    assert p.outcome(C, 90.0) is None and p.pending is None and not p.record  # another config ran: not this trial
+    p.expect(B, 0.05, 100.0)
+    p.drop()  # conditions changed under it
+    assert p.outcome(B, 90.0) is None and not p.record
+    for cfg in (B, C, D):
+        p.expect(cfg, 0.05, 100.0)
+        p.outcome(cfg, 50.0)
+    assert len(p.record) == 2  # the last `memory` trials
+    p.expect(A, 0.02, 120.0)
+    q = Payoff(memory=2)
+    q.load_state_dict(json.loads(json.dumps(p.state_dict())))
+    assert list(q.record) == list(p.record) and q.pending == (A, 0.02, 120.0) and q.factor() == p.factor()
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"prior": 0}, "prior must be a number in [1e-06, 100], but got prior=0"),
+    ({"memory": 0}, "memory must be a number in [1, 1000], but got memory=0"),
+])
+def test_payoff_rejects_bad_arguments(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Payoff(**kw)
+
+
+@pytest.mark.parametrize("expected, best", [(-0.1, 100.0), (float("nan"), 100.0), (0.1, 0.0), (0.1, float("inf"))])
+def test_payoff_rejects_a_bad_expectation(expected, best):
+    with pytest.raises(ValueError, match="a trial needs a finite expected gain >= 0 and best speed > 0, but got expected="):
+        Payoff().expect(B, expected, best)
+
+
+def test_explorer_scales_expected_gains_by_the_payoff():
+    # B predicted 6% above the best measured, 5% error, 5 iterations left: a trial pays at the
+    # predictor's word and at half of it; when this job's trials realised a fifth of what they were
+    # expected to, the same trial does not
+    args = ([100.0, 106.0, 60.0, 60.0], {A: 100.0})
+    ex = Explorer()
+
+    def pick(payoff):
+        return ex.propose(SPACE, SPACE.to_array(), np.asarray(args[0]), args[1], A, 100.0, 0.05, 5.0, None, payoff=payoff)
+
+    full = pick(1.0)
+    assert full is not None and full[0] == B and "realised" not in full[1]
+    # its expected gain before the payoff: the expected improvement at the error widened by 2 powers of two of distance
+    mu, sd = math.log(1.06), 0.05 * (1 + 0.25 * 2)
+    ei = sd * math.exp(-0.5 * (mu / sd) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / sd / math.sqrt(2)))
+    assert full[2] == pytest.approx(ei)
+    half = pick(0.5)
+    assert half is not None and half[0] == B and "(x0.50: the share of expected gains this job's trials realised)" in half[1]
+    assert pick(0.2) is None
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True])
+def test_explorer_rejects_a_bad_payoff(bad):
+    with pytest.raises(ValueError, match=r"payoff must be a number in \[0, 1\], but got payoff="):
+        Explorer().propose(SPACE, SPACE.to_array(), np.asarray([100.0, 120.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.05,
+                           20.0, None, payoff=bad)
+
+
+def test_tuner_records_what_each_trial_paid(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, payoff=True)
+    cur = t.start(GRID, GRID[4])
+    t.observe(_window(cur, FAST, 0))
+    base = t.ledger.current.measured[cur][0]
+    t._trial, t._left = (GRID[0], base * 1.1, cur), cur  # a trial predicted 10% faster ...
+    t.trial_record.expect(GRID[0], 0.08, base)  # ... as the explorer records one
+    t.observe(Observation(20, GRID[0], base * 0.9, _window(GRID[0], FAST, 1).features))  # ran 10% slower
+    assert list(t.trial_record.record) == [(0.08, 0.0)] and t.trial_record.factor() == pytest.approx(0.5)
+    r = AutoByteTuner(fresh_net, background=False, payoff=True)
+    r.start(GRID, GRID[4])
+    r.load_state_dict(json.loads(json.dumps(t.state_dict())))
+    assert list(r.trial_record.record) == [(0.08, 0.0)]
+    assert AutoByteTuner(fresh_net, background=False).payoff is False
+
+
+# ---------------------------------------------------------------- gains and costs in iterations' worth of time
+def test_below_is_the_expected_time_lost_under_a_line():
+    rng = np.random.default_rng(0)
+    for mu, s, line in ((0.05, 0.1, 0.0), (-0.2, 0.5, 0.0), (0.1, 0.6, -0.3), (0.0, 0.05, -0.1)):
+        x = rng.normal(mu, s, 2_000_000)
+        mc = float(np.mean(np.where(x < line, np.exp(-x) - 1.0, 0.0)))
+        got = float(_below(np.array([mu]), np.array([s]), np.array([line]))[0])
+        assert got == pytest.approx(mc, rel=0.02, abs=2e-4)
+
+
+def test_explorer_in_time_units_prices_a_fat_downside():
+    # D predicted 20% faster, 2 powers of two from anything measured (error 0.25 widened to 0.375), 5
+    # iterations left: in log units its downside (a few times slower) weighs log(3) per iteration and the
+    # trial pays; in time units, 2 iterations per iteration, and it does not; a near, sure candidate pays either way
+    cands = SPACE.to_array()
+    far = np.asarray([100.0, 60.0, 60.0, 120.0])
+
+    def pick(time_units, predicted, sigma, horizon=5.0):
+        return Explorer(time_units=time_units, max_distance=3.0).propose(SPACE, cands, predicted, {A: 100.0}, A, 100.0,
+                                                                         sigma, horizon, None)
+
+    assert pick(False, far, 0.3) is not None and pick(False, far, 0.3)[0] == D
+    assert pick(True, far, 0.3) is None
+    near = np.asarray([100.0, 110.0, 60.0, 60.0])
+    got = pick(True, near, 0.03, 20.0)
+    assert got is not None and got[0] == B
+    # the expected gain it reports is in time: E[(1 - best / truth)+] at the widened error
+    mu, sd = math.log(1.1), 0.03 * (1 + 0.25 * 2)
+    z = np.random.default_rng(1).normal(mu, sd, 2_000_000)
+    assert got[2] == pytest.approx(float(np.mean(np.maximum(0.0, 1.0 - np.exp(-z)))), rel=0.01)
+    assert AutoByteTuner.__init__.__kwdefaults__["time_units"] is False
+
+
+def test_payoff_counts_in_the_explorers_units(fresh_net):
+    p = Payoff(time_units=True)
+    p.expect(B, 0.05, 100.0)
+    assert p.outcome(B, 125.0) == pytest.approx(0.2)  # a fifth of an iteration's time saved, not log 1.25
+    assert AutoByteTuner(fresh_net, background=False, time_units=True).trial_record.time_units is True
+    assert AutoByteTuner(fresh_net, background=False).trial_record.time_units is False
