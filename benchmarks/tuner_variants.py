@@ -28,10 +28,12 @@ def _variant(**fixed: Any) -> Callable[..., Tuner]:
     return factory
 
 
-def _settle(factory: Callable[..., Tuner], settle: bool) -> Callable[..., Tuner]:
+def _with(factory: Callable[..., Tuner], **attributes: bool) -> Callable[..., Tuner]:
+    """The tuner with attributes the controller reads set (``settle``, ``refuge``)."""
     def make(*args: Any, **kwargs: Any) -> Tuner:
         tuner = factory(*args, **kwargs)
-        tuner.settle = settle  # the controller reads it: whether the check that shows a change is dropped
+        for name, value in attributes.items():
+            setattr(tuner, name, value)
         return tuner
 
     return make
@@ -57,8 +59,8 @@ register_tuner("autobyte-no-tail", _variant(tail=False))
 # 2026-11-26 (stop 24): the check that shows a change dropped and the tuner told at the next one (settle),
 # and the tuner told at the mixed check (the default again since settling measured slower on the README's
 # 20-iteration phases; docs/benchmarks.md 7.6 ran `autobyte` with settle on beside `autobyte-straddle`)
-register_tuner("autobyte-settle", _settle(_variant(), True))
-register_tuner("autobyte-straddle", _settle(_variant(), False))
+register_tuner("autobyte-settle", _with(_variant(), settle=True))
+register_tuner("autobyte-straddle", _with(_variant(), settle=False))
 # 2026-11-26 (stop 24): the explorer lowers predictions by how far below them this job's trials ran
 register_tuner("autobyte-debias", _variant(debias=True))
 # 2026-11-26 (stop 25): the head fine-tuned on the CNN's real windows (`autobyte collect --finetune
@@ -70,3 +72,6 @@ register_tuner("autobyte-payoff", _variant(payoff=True))
 # the explorer's gains and costs in iterations' worth of time instead of log speed ratios (stop 25), alone and with Payoff
 register_tuner("autobyte-time", _variant(time_units=True))
 register_tuner("autobyte-time-payoff", _variant(time_units=True, payoff=True))
+# a trip of the guard goes to the fastest configuration measured in these conditions when it beat the start (stop 25)
+register_tuner("autobyte-refuge", _with(_variant(), refuge=True))
+register_tuner("autobyte-time-refuge", _with(_variant(time_units=True), refuge=True))

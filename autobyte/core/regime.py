@@ -131,19 +131,35 @@ class HarmGuard:
     left (the loss was the conditions', measured against a reference from
     before they changed).
 
+    With ``refuge``, a trip sends the run to the fastest configuration the
+    guard saw in the current conditions instead, when that one ran faster
+    than the starting configuration by more than ``budget`` (:attr:`refuge`;
+    the starting configuration otherwise): doing no harm is being no slower
+    than the start, and a configuration measured faster than it in the same
+    conditions banks gains while it is held, where the start would give them
+    up (a tuner that found a 13% faster configuration, then tried a worse
+    one that tripped the guard, went back to the start for 50 iterations).
+
     Args:
         initial: the starting configuration.
         budget: allowed slowdown over a span (0.03).
         span: iterations of the sliding span (50).
+        refuge: trip to the fastest configuration measured in these conditions
+            when it beat the start (False: always to the start).
 
     Raises:
-        ValueError: ``budget`` not in (0, 1) or ``span`` not a positive integer.
+        ValueError: ``budget`` not in (0, 1), ``span`` not a positive integer, or ``refuge`` not a bool.
     """
 
-    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50) -> None:
+    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, refuge: bool = False) -> None:
         self.initial = initial
         self.budget = _check_fraction("budget", budget, 1.0)
         self.span = check_int("span", span)
+        if not isinstance(refuge, bool):
+            raise ValueError(f"refuge must be True or False, but got refuge={refuge!r}.")
+        self.use_refuge = refuge
+        #: where the last trip sent the run (and where a hold keeps it)
+        self.refuge = initial
         self.reference: float | None = None
         self._windows: deque[tuple[int, int, float]] = deque()  # (last iteration, iterations, cost)
         self._hold_until = -1  # iteration until which the run stays at the starting configuration
@@ -165,8 +181,9 @@ class HarmGuard:
             self._speeds = {}
         if config == self.initial:
             self.reference = speed
+        if config == self.refuge:
             if self._tripped is not None and self._tripped[1] >= speed * (1 - self.budget):
-                # measured again, the starting configuration is no faster than what was left:
+                # measured again, the configuration gone back to is no faster than what was left:
                 # the loss was the conditions', not the tuner's (a change the detector could not
                 # see, the reference being from before it). No hold.
                 self._hold_until = -1
@@ -199,14 +216,26 @@ class HarmGuard:
         self._hold_until = iteration + self.span
         self._tripped = (current, self._last[1] if self._last is not None else 0.0)
         self._windows.clear()
+        self.refuge, where = self.initial, "back to the starting configuration"
+        if self.use_refuge and self.reference is not None:
+            faster = {c: v for c, v in self._speeds.items() if c != current and v > self.reference * (1 + self.budget)}
+            if faster:
+                self.refuge = max(faster, key=faster.__getitem__)
+                where = (f"to {self.refuge}, measured {faster[self.refuge]:.1f} samples/s in these conditions against the "
+                         f"start's {self.reference:.1f}")
         return (f"guard: {current} cost {lost:.1f} iterations' time over the last {self.span} against {self.initial} "
-                f"(allowed {100 * self.budget:.0f}%): back to the starting configuration for {self.span} iterations")
+                f"(allowed {100 * self.budget:.0f}%): {where} for {self.span} iterations")
+
+    def refuge_speed(self) -> float | None:
+        """The speed last measured here for :attr:`refuge` (the reference for the start)."""
+        return self.reference if self.refuge == self.initial else self._speeds.get(self.refuge)
 
     def state_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "windows": [list(w) for w in self._windows], "hold_until": self._hold_until,
                 "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips,
                 "speeds": [_cfg(c) + [v] for c, v in self._speeds.items()],
-                "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]]}
+                "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]],
+                "refuge": _cfg(self.refuge)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "reference" in state:
@@ -223,3 +252,5 @@ class HarmGuard:
         if "tripped" in state:
             t = state["tripped"]
             self._tripped = None if t is None else (Config(int(t[0]), int(t[1])), float(t[2]))
+        if "refuge" in state:
+            self.refuge = Config(int(state["refuge"][0]), int(state["refuge"][1]))

@@ -88,6 +88,9 @@ class Tuner(abc.ABC):
     #: regimes) and the tuner told at the next one (:class:`~autobyte.core.regime.RegimeDetector`;
     #: off by default: measured slower on real runs, docs/benchmarks.md 7.6)
     settle: bool = False
+    #: whether a trip of the do-no-harm guard goes to the fastest configuration measured in the
+    #: current conditions when it beat the start, instead of the start (:class:`~autobyte.core.regime.HarmGuard`)
+    refuge: bool = False
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""
@@ -239,7 +242,8 @@ class Controller:
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
         self.detector = RegimeDetector(rc, settle=getattr(self.tuner, "settle", False)) if rc is not None else None
         check_int("harm_span", self.harm_span)
-        self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
+        self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span,
+                                                                      refuge=getattr(self.tuner, "refuge", False))
         if not getattr(self.tuner, "guarded", True):
             self.guard = None
 
@@ -336,11 +340,11 @@ class Controller:
         entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
                                  "iterations": n_iters, **extra}
         guard = self.guard if self.tuning else None
-        if guard is not None and decision is not None and decision.config != guard.initial and guard.holding(iteration):
-            entry["held"] = f"guard holds {guard.initial}: {decision.config} not applied ({decision.reason})"
+        if guard is not None and decision is not None and decision.config != guard.refuge and guard.holding(iteration):
+            entry["held"] = f"guard holds {guard.refuge}: {decision.config} not applied ({decision.reason})"
             decision = None
         if guard is not None and trip is not None:
-            decision = Decision(guard.initial, trip, guard.reference)
+            decision = Decision(guard.refuge, trip, guard.refuge_speed())
         if decision is not None and decision.config != self.current:
             entry.update(new_config=decision.config.to_dict(), reason=decision.reason, predicted_speed=decision.predicted_speed)
         else:
@@ -364,7 +368,7 @@ class Controller:
             self._skip_until = iteration + self.warmup_iters
             self._pending = []
         if self.guard is not None and not self.history:
-            self.guard.initial = config  # the configuration agreed at start is the one to compare with
+            self.guard.initial = self.guard.refuge = config  # the configuration agreed at start is the one to compare with
         self.current = config
 
     def state_dict(self) -> dict[str, Any]:

@@ -253,3 +253,67 @@ def test_a_trial_cut_short_by_the_guard_is_still_measured_by_the_tuner():
     assert ctl.history[-1]["iterations"] == 5
     assert ctl.history[-1]["held"] == f"guard holds {A}: {Config(MiB, 4 * MiB)} not applied (scripted)"
     assert ctl.n_windows == 2
+
+
+def test_guard_with_refuge_trips_to_the_fastest_configuration_measured_here():
+    c = Config(16 * MiB, 16 * MiB)
+    g = HarmGuard(A, budget=0.03, span=50, refuge=True)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, B, 113.0, 10, False)  # a configuration 13% faster than the start: gains banked
+    g.record(30, c, 50.0, 10, False)  # a trial twice slower: 10 lost, 1.5 banked, 1.5 allowed
+    why = g.trip(30, c)
+    assert why is not None and g.refuge == B and g.refuge_speed() == 113.0 and g.holding(31)
+    assert f"to {B}, measured 113.0 samples/s in these conditions against the start's 100.0" in why
+    g.record(40, B, 112.0, 10, False)  # held at B: faster than the start, so it banks gains
+    assert g.cost() < 0 and g.holding(41)
+    # without refuge, or with nothing measured clearly faster than the start, the start
+    plain = HarmGuard(A, budget=0.03, span=50)
+    for h in (plain, HarmGuard(A, budget=0.03, span=50, refuge=True)):
+        h.record(10, A, 100.0, 10, False)
+        h.record(20, B, 102.0 if h is not plain else 113.0, 10, False)
+        h.record(30, c, 50.0, 10, False)
+        assert h.trip(30, c) is not None and h.refuge == A and h.refuge_speed() == 100.0
+    # the refuge survives a checkpoint
+    r = HarmGuard(A, refuge=True)
+    r.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    assert r.refuge == B and r.state_dict() == g.state_dict()
+
+
+def test_guard_with_refuge_ends_the_hold_when_the_refuge_is_as_slow_as_what_was_left():
+    c = Config(16 * MiB, 16 * MiB)
+    g = HarmGuard(A, budget=0.03, span=50, refuge=True)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, B, 113.0, 10, False)
+    g.record(30, c, 50.0, 10, False)  # the link dropped as the tuner moved to c
+    assert g.trip(30, c) is not None and g.refuge == B
+    g.record(40, B, 51.0, 10, False)  # B is as slow now as c was: the loss was the conditions'
+    assert not g.holding(41)
+
+
+def test_guard_rejects_a_bad_refuge():
+    with pytest.raises(ValueError, match="refuge must be True or False, but got refuge=1"):
+        HarmGuard(A, refuge=1)
+
+
+class _RefugeReckless(_Reckless):
+    refuge = True
+
+
+def test_the_controller_holds_the_refuge_a_trip_went_to():
+    speeds = {c: sim.simulate(MODEL, CLUSTER, c, n_iters=5, seed=0).samples_per_s for c in SPACE}
+    order = sorted(speeds, key=speeds.__getitem__)
+    worst, start, best = order[0], order[len(order) // 2], order[-1]
+    assert speeds[best] > 1.05 * speeds[start] and speeds[worst] < 0.8 * speeds[start]
+
+    class _FindsThenHarms(Tuner):
+        name = "finds-then-harms"
+        refuge = True
+
+        def observe(self, obs):
+            return Decision(best, "found") if obs.config == start else (Decision(worst, "harm") if obs.config == best else None)
+
+    _, ctl = _run(_FindsThenHarms(), start, iters=100)
+    trips = [h for h in ctl.history if h.get("reason", "").startswith("guard:")]
+    assert trips and trips[0]["new_config"] == best.to_dict()
+    held = [h for h in ctl.history if "held" in h]
+    assert held and all(h["held"].startswith(f"guard holds {best}") for h in held)
