@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,12 +15,8 @@ RUN2 = ROOT / "docs" / "figures" / "bench" / "ps_emu80_fixed"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_emulated", ROOT / "benchmarks" / "bench_emulated.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_emulated"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("bench_emulated")
 
 
 def test_settled_medians_drop_the_first_iterations_of_every_phase(bench):

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +14,8 @@ MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def fig():
-    spec = importlib.util.spec_from_file_location("bench_fig89_emu", ROOT / "benchmarks" / "bench_fig89_emu.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_fig89_emu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def fig(load_benchmark):
+    return load_benchmark("bench_fig89_emu")
 
 
 @pytest.mark.parametrize(

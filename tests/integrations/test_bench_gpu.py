@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,12 +19,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_gpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("bench_gpu")
 
 
 def test_resnet50_has_the_real_structure(bench):

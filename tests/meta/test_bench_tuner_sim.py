@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,8 @@ TOL = 0.01
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_tuner_sim", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_tuner_sim"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("bench_tuner_sim")
 
 
 def test_scenarios_are_seeded_varied_and_within_the_issue_ranges(bench):
