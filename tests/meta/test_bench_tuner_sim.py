@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from autobyte.meta._evaluate import CHECK, WINDOW
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_tuner_sim.py"
 
 #: How far a method may come out above the per-segment oracle (or ByteScheduler's default above
 #: the best static in hindsight) by measurement noise alone. Every run uses the same seeds per
