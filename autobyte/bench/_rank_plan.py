@@ -37,11 +37,16 @@ def iteration_plan(spec: dict[str, Any]) -> tuple[int, dict[int, Config], list[t
 def decision_row(out: Any) -> dict[str, Any]:
     """One ``decisions.jsonl`` row of a :class:`~autobyte.core.window.WindowOutcome`: the config in force, the
     decision's reason and predicted speed when one was made, the observed speed, and ``regime_changed`` at the
-    check where the tuner heard of a change of conditions."""
+    check where the tuner heard of a change of conditions.
+
+    The reason is the whole one from rank 0's controller history when the outcome carries that entry (the
+    decision message between ranks holds its first ``REASON_BYTES`` bytes only)."""
     cfg = out.config
     row: dict[str, Any] = {"iteration": out.iteration, "config": [cfg.partition_bytes, cfg.credit_bytes]}
     if out.decision is not None:
-        row.update(reason=out.decision.reason, predicted_speed=out.decision.predicted_speed)
+        entry = out.entry or {}
+        whole = entry.get("reason") if entry.get("new_config") == out.decision.new.to_dict() else None
+        row.update(reason=whole or out.decision.reason, predicted_speed=out.decision.predicted_speed)
     row["observed_speed"] = out.speed
     if out.regime_changed:
         row["regime_changed"] = True

@@ -86,3 +86,10 @@ def test_decision_row_keeps_what_a_window_outcome_says():
     moved = WindowOutcome(19, True, True, DecisionRecord(20, a, b, "explore", 150.0, 60.0), b, 20, speed=60.0, regime_changed=True)
     assert decision_row(moved) == {"iteration": 19, "config": [b.partition_bytes, b.credit_bytes], "reason": "explore",
                                    "predicted_speed": 150.0, "observed_speed": 60.0, "regime_changed": True}
+    # on rank 0 the controller's history entry holds the whole reason; the decision message only its first bytes
+    long = "explore: " + "x" * 200
+    entry = {"iteration": 19, "new_config": b.to_dict(), "reason": long}
+    cut = WindowOutcome(19, True, True, DecisionRecord(20, a, b, long[:96], 150.0, 60.0), b, 20, speed=60.0, entry=entry)
+    assert decision_row(cut)["reason"] == long
+    other = dict(entry, new_config=a.to_dict())  # an entry about another move: not this decision's reason
+    assert decision_row(WindowOutcome(19, True, True, DecisionRecord(20, a, b, "short", 1.0, 1.0), b, 20, entry=other))["reason"] == "short"
