@@ -578,10 +578,28 @@ def _norm_cdf(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
 
 
+# The explorer's two units, for X ~ N(mu, s^2) the log speed ratio of a candidate to a reference: the expected
+# gain ("gain", over the best measured) and the expected loss counted where X is below a line <= 0 ("below",
+# against the configuration in force), in log speed ratios or in iterations' worth of time.
+def _log_gain(mu: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``E[max(X, 0)]``: the expected log improvement."""
+    return s * _norm_pdf(mu / s) + mu * _norm_cdf(mu / s)
+
+
+def _log_below(mu: np.ndarray, s: np.ndarray, line: np.ndarray) -> np.ndarray:
+    """``E[-X; X < line]``: the expected log slowdown below the line."""
+    z = (line - mu) / s
+    return s * _norm_pdf(z) - mu * _norm_cdf(z)
+
+
+def _time_gain(mu: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``E[max(1 - exp(-X), 0)]``: the expected share of an iteration's time saved."""
+    return _norm_cdf(mu / s) - np.exp(-mu + s * s / 2) * _norm_cdf((mu - s * s) / s)
+
+
 def _below(mu: np.ndarray, s: np.ndarray, line: np.ndarray) -> np.ndarray:
-    """``E[exp(-X) - 1; X < line]`` for ``X ~ N(mu, s^2)`` and ``line <= 0``: the expected time lost per
-    iteration, in iterations, by a configuration whose log speed ratio to the current one is ``X``, counted
-    where ``X`` is below ``line`` (``exp(-X)`` is log-normal: its mean below the line is the normal's, shifted by ``s^2``)."""
+    """``E[exp(-X) - 1; X < line]``: the expected time lost per iteration, in iterations, counted where ``X``
+    is below ``line`` (``exp(-X)`` is log-normal: its mean below the line is the normal's, shifted by ``s^2``)."""
     return np.exp(-mu + s * s / 2) * _norm_cdf((line - mu + s * s) / s) - _norm_cdf((line - mu) / s)
 
 
@@ -633,6 +651,7 @@ class Explorer:
                  max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7,
                  near_best: float | None = None, min_predicted_gain: float | None = None, time_units: bool = False) -> None:
         self.time_units = bool(time_units)
+        self._gain, self._below = (_time_gain, _below) if self.time_units else (_log_gain, _log_below)
         self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
         self.abort_margin = None if abort_margin is None else _check_range("abort_margin", abort_margin, 1e-3, 0.9)
         self.abort_iters = int(_check_range("abort_iters", abort_iters, 1, self.trial_iters))
@@ -648,7 +667,7 @@ class Explorer:
                 misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0,
                 bias: float = 0.0, payoff: float = 1.0) -> tuple[Config, str, float] | None:
         """The candidate to try next, with the reason and its expected improvement over the best
-        measured (log units per iteration, before ``payoff``), or ``None`` (no trial pays).
+        measured (per iteration, in this explorer's units, before ``payoff``), or ``None`` (no trial pays).
 
         ``misses``: trials in a row in this regime that found nothing faster;
         at ``max_misses`` the predictor has shown it cannot point to a better
@@ -706,16 +725,10 @@ class Explorer:
         s = sigma * (1.0 + self.widen * dist)
         mu_gain = np.log(np.maximum(predicted, 1e-12) / best_known)
         mu_cost = np.log(np.maximum(predicted, 1e-12) / speed)
-        if self.time_units:
-            # in iterations' worth of time: an iteration at speed v instead of v0 costs v0 / v - 1 of one,
-            # which a log slowdown understates in the tail (10x slower: 9 iterations, log 2.3)
-            ei = _norm_cdf(mu_gain / s) - np.exp(-mu_gain + s * s / 2) * _norm_cdf((mu_gain - s * s) / s)  # E[(1 - best/truth)+]
-            el = _below(mu_cost, s, np.zeros_like(mu_cost))  # E[(speed/truth - 1)+]
-        else:
-            z = mu_gain / s
-            ei = s * _norm_pdf(z) + mu_gain * _norm_cdf(z)  # expected log improvement over the best measured
-            zc = mu_cost / s
-            el = s * _norm_pdf(zc) - mu_cost * _norm_cdf(-zc)  # expected log slowdown against the current config
+        # in time units an iteration at speed v instead of v0 costs v0 / v - 1 of one, which a log
+        # slowdown understates in the tail (10x slower: 9 iterations, log 2.3)
+        ei = self._gain(mu_gain, s)  # expected improvement over the best measured
+        el = self._below(mu_cost, s, np.zeros_like(mu_cost))  # expected slowdown against the current config
         cost = el * self.trial_iters
         low = np.maximum(predicted, 1e-12) * np.exp(-np.maximum(s, downside))  # one error below, or as far as the worst miss
         iters = np.full(len(predicted), float(self.trial_iters))
@@ -723,11 +736,7 @@ class Explorer:
             # a trial whose truth falls below the abort line runs only abort_iters: the slowdown
             # below min(line, current) is paid for that many iterations, not a whole trial's
             line = np.log(best_known * (1.0 - self.abort_margin) / speed)
-            if self.time_units:
-                cut = _below(mu_cost, s, np.minimum(line, 0.0))  # E[speed/truth - 1; truth below the line]
-            else:
-                zb = (np.minimum(line, 0.0) - mu_cost) / s
-                cut = s * _norm_pdf(zb) - mu_cost * _norm_cdf(zb)  # E[-log(truth/speed); truth below the line]
+            cut = self._below(mu_cost, s, np.minimum(line, 0.0))  # the expected slowdown with the truth below the line
             cost = cost - (self.trial_iters - self.abort_iters) * np.maximum(cut, 0.0)
             iters = np.where(low < best_known * (1.0 - self.abort_margin), float(self.abort_iters), iters)
         value = payoff * ei * horizon - cost
@@ -750,7 +759,7 @@ class Payoff:
     """What this job's trials paid against what the explorer expected of them.
 
     The explorer values a trial by its expected improvement over the best
-    measured configuration (:class:`Explorer`, in log units per iteration),
+    measured configuration (:class:`Explorer`, per iteration, in its units),
     computed from the predictor's error as if that error were unbiased noise.
     On a system unlike the one the predictor learnt, its favourites keep
     losing (real runs: trials predicted 1.5x faster that ran 10-50% slower,
@@ -784,12 +793,12 @@ class Payoff:
         self.time_units = bool(time_units)
         self.prior = _check_range("prior", prior, 1e-6, 100.0)
         self.memory = int(_check_range("memory", memory, 1, 1000))
-        self.record: deque[tuple[float, float]] = deque(maxlen=self.memory)  # (expected, realised) log gains per iteration
+        self.record: deque[tuple[float, float]] = deque(maxlen=self.memory)  # (expected, realised) gains per iteration
         #: the trial chosen and not yet measured: configuration, expected gain, best measured speed when chosen
         self.pending: tuple[Config, float, float] | None = None
 
     def expect(self, config: Config, expected: float, best_known: float) -> None:
-        """A trial of ``config`` starts, expected to improve on ``best_known`` samples/s by ``expected`` (log units)."""
+        """A trial of ``config`` starts, expected to improve on ``best_known`` samples/s by ``expected`` (the explorer's units)."""
         if not (math.isfinite(expected) and expected >= 0 and math.isfinite(best_known) and best_known > 0):
             raise ValueError(f"a trial needs a finite expected gain >= 0 and best speed > 0, but got "
                              f"expected={expected!r}, best_known={best_known!r}.")
