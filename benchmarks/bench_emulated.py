@@ -71,6 +71,12 @@ def base_params() -> SimParams:
     return SimParams(**d)
 
 
+def fitted_params(path: str) -> SimParams:
+    """The simulator parameters fitted on emulated runs, from a ``sim_vs_real.json`` this script wrote."""
+    with open(path) as f:
+        return SimParams(**json.load(f)["fit"]["params"])
+
+
 def sim_ddp_iter_s(prof: Any, params: SimParams, rate: float, n_workers: int = 2) -> float:
     from autobyte.sim import simulate_ddp
 
@@ -573,8 +579,7 @@ def cmd_distortion(args: argparse.Namespace) -> None:
     prof = emu.scaled_profile()
     params = base_params()
     if args.params:
-        with open(args.params) as f:
-            params = SimParams(**json.load(f)["fit"]["params"])
+        params = fitted_params(args.params)
     configs = [Config.from_multiple(MiB // 2, 4), Config.from_multiple(8 * MiB, 4), Config.from_multiple(32 * MiB, 1)]
     rates = [float(x) for x in args.rates.split(",")]
     workers = [int(x) for x in args.workers.split(",")]

@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-from bench_emulated import DIST_SYNC_STAND_IN, sim_ddp_iter_s, sim_iter_s  # noqa: E402
+from bench_emulated import DIST_SYNC_STAND_IN, fitted_params, sim_ddp_iter_s, sim_iter_s  # noqa: E402
 
 from autobyte.bench._real import ARCHS, BASELINE, BenchPlan, run_bench  # noqa: E402
 from autobyte.bench.calibrate import SimParams  # noqa: E402
@@ -160,8 +160,7 @@ def plan_for(p: Point, *, iters: int, methods: Sequence[str], grid: Sequence[Con
 
 
 def sim_params(arch: str) -> SimParams:
-    with open(SIM_PARAMS[arch]) as f:
-        return SimParams(**json.load(f)["fit"]["params"])
+    return fitted_params(SIM_PARAMS[arch])
 
 
 def simulated(p: Point, configs: dict[str, Config]) -> dict[str, float]:
