@@ -139,8 +139,11 @@ def worker(opts: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from autobyte.core import UNLIMITED
+    from autobyte.core.tuners import import_tuners
     from autobyte.integrations.torch import schedule
     from autobyte.testing import exit_rank
+
+    import_tuners(opts["imports"])
 
     cuda = opts["device"] == "cuda"
     rank = int(os.environ["RANK"])
@@ -213,8 +216,35 @@ def worker(opts: dict[str, Any]) -> None:
             r["thread_ms_per_iter"] = {k: (thread[k] - r["thread0"][k]) * 1e3 / total_iters for k in thread}
             r["optimizer_steps_per_iter"] = None if updates is None else (updates - r["updates0"]) / total_iters
 
+    tuned: list[dict[str, Any]] = []
     profiles: dict[str, Any] = {}
     prof_all_threads = None
+
+    def write_raw() -> None:
+        # rank 0 writes what it has after each stage, so a run cut short by a time limit still leaves its rounds
+        if rank != 0:
+            return
+        res = []
+        for r in runners:
+            item = {**r["mode"], "seconds": r["times"],
+                    "samples_per_s": [iters * bs * world / t for t in r["times"]]}
+            h = r["handle"]
+            if h is not None:
+                for k in ("host_ms_per_iter", "thread_ms_per_iter", "optimizer_steps_per_iter"):
+                    item[k] = r[k]
+                item["n_messages"] = len(h.scheduler.messages)
+            res.append(item)
+        out = {"modes": res, "tuned": tuned, "profiles": profiles, "profile_all_threads": prof_all_threads, "n_params": n_params,
+               "n_param_tensors": sum(1 for _ in runners[0]["net"].parameters()),
+               "gpu_name": torch.cuda.get_device_name(dev) if cuda else None}
+        Path(opts["raw"]).write_text(json.dumps(out))
+
+    write_raw()
+    ddp = next(r for r in runners if r["mode"]["kind"] == "ddp")
+    for name in opts["tuners"]:
+        tuned.append(tune_block(name, opts, dev, data, loss_fn, iters, bs * world, ddp, run))
+        write_raw()
+
     for r in runners:
         if r["mode"]["name"] not in opts["profile_modes"] or not opts["profile_iters"]:
             continue
@@ -226,27 +256,59 @@ def worker(opts: dict[str, Any]) -> None:
             profiles[r["mode"]["name"]] = _profile_summary(prof, n, cuda)
         else:
             run(r, n)
-
-    if rank == 0:
-        res = []
-        for r in runners:
-            item = {**r["mode"], "seconds": r["times"],
-                    "samples_per_s": [iters * bs * world / t for t in r["times"]]}
-            h = r["handle"]
-            if h is not None:
-                for k in ("host_ms_per_iter", "thread_ms_per_iter", "optimizer_steps_per_iter"):
-                    item[k] = r[k]
-                item["n_messages"] = len(h.scheduler.messages)
-            res.append(item)
-        out = {"modes": res, "profiles": profiles, "profile_all_threads": prof_all_threads, "n_params": n_params,
-               "n_param_tensors": sum(1 for _ in runners[0]["net"].parameters()),
-               "gpu_name": torch.cuda.get_device_name(dev) if cuda else None}
-        Path(opts["raw"]).write_text(json.dumps(out))
+    write_raw()
     for r in runners:
         if r["handle"] is not None:
             r["handle"].close()
     dist.destroy_process_group()
     exit_rank(0)
+
+
+def tune_block(name: str, opts: dict[str, Any], dev: Any, data: list[Any], loss_fn: Any, chunk: int, samples_per_iter: int,
+               ddp: dict[str, Any], run: Any) -> dict[str, Any]:
+    """``schedule(..., tuner=name)`` from ByteScheduler's default, ``--tune-iters`` iterations in one continuous run.
+
+    A tuner times iterations start to start, so it cannot share the
+    interleaved rounds (the other modes' time would count in one of its
+    iterations): it runs on its own, timed per chunk of ``--iters``
+    iterations, and DDP runs one more round right after it, so its ratio is
+    read against DDP both in the rounds before and just after.
+    """
+    import torch
+
+    from autobyte.integrations.torch import schedule
+
+    torch.manual_seed(0)
+    model = resnet50(opts["width"], opts["classes"]).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    h = schedule(model, opt, tuner=name, verbose=False)
+    start = h.config.to_dict()
+    n_chunks = max(1, int(opts["tune_iters"]) // chunk)
+    run({"opt": opt, "net": model, "finish": lambda: None}, 0)  # the barrier: both ranks start together
+    host0 = dict(h.host_s)
+    times: list[float] = []
+    t0 = time.perf_counter()
+    for c in range(n_chunks):
+        for i in range(chunk):
+            x, y = data[i % len(data)]
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        if c == n_chunks - 1:
+            h.synchronize()
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        times.append(t1 - t0)
+        t0 = t1
+    host = {k: (h.host_s[k] - host0.get(k, 0.0)) * 1e3 / (n_chunks * chunk) for k in h.host_s}
+    state = h.state_dict()
+    h.close()
+    ddp_after = run(ddp, chunk)
+    return {"tuner": name, "start": start, "final": state["config"], "iterations": n_chunks * chunk, "chunk_iters": chunk,
+            "seconds": times, "samples_per_s": [chunk * samples_per_iter / t for t in times],
+            "ddp_after_samples_per_s": chunk * samples_per_iter / ddp_after,
+            "reconfigurations": state.get("reconfigurations", []), "host_ms_per_iter": host}
 
 
 # ------------------------------------------------------------------ the launcher
@@ -310,10 +372,24 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         "engine_host_ms_per_iter_in_its_threads": point.get("thread_ms_per_iter", {}),
         "engine_optimizer_steps_per_iter": point.get("optimizer_steps_per_iter"),
     }
+    ref = {"DDP": ddp, "ByteScheduler's default": next(m for m in modes if m["name"] == BS_DEFAULT[0]),
+           "DDP's point": point, **({"best of grid": best} if best else {})}
+    for t in raw.get("tuned", []):
+        sps = t["samples_per_s"]
+        whole = len(sps) * t["chunk_iters"] / sum(t["seconds"])  # iterations/s over the whole run
+        whole_sps = whole * (sps[0] * t["seconds"][0] / t["chunk_iters"])  # x samples per iteration
+        late = sps[len(sps) // 2:]
+        t["ratio_vs"] = {k: {"whole_run": whole_sps / m["median_samples_per_s"], "second_half": statistics.median(late) / m["median_samples_per_s"]}
+                         for k, m in ref.items()}
+        t["ratio_vs_ddp_after"] = {"whole_run": whole_sps / t["ddp_after_samples_per_s"],
+                                   "second_half": statistics.median(late) / t["ddp_after_samples_per_s"]}
+        t["ratio_vs_ddp_per_chunk"] = [v / ddp["median_samples_per_s"] for v in sps]
     return {**meta, **raw, "best_grid": best["name"] if best else None, "overhead": overhead}
 
 
 def markdown(s: dict[str, Any]) -> str:
+    from autobyte.core import UNLIMITED
+
     lines = [f"# bench_gpu: the engine against DDP, 2 ranks on {s['device_text']}", ""]
     if s["fallback"]:
         lines += [f"**CPU fallback**: {s['fallback_reason']}. These figures come from a CPU and are not GPU figures.", ""]
@@ -335,6 +411,27 @@ def markdown(s: dict[str, Any]) -> str:
               + "; in its threads (off the training loop; complete includes waiting for the collective): "
               + ", ".join(f"{k} {v:.3f}" for k, v in o["engine_host_ms_per_iter_in_its_threads"].items())
               + f"; optimizer steps per iteration: {o['engine_optimizer_steps_per_iter']} ({s['n_param_tensors']} parameter tensors).", ""]
+    if s.get("tuned"):
+        refs = list(s["tuned"][0]["ratio_vs"])
+        lines += ["## Tuners (each one continuous run after the rounds, from ByteScheduler's default)", "",
+                  "whole run / median of its second half's chunks, against each mode's median in the rounds and against DDP run just after:", "",
+                  "| tuner | iterations | final config | moves | " + " | ".join(f"vs {k}" for k in refs) + " | vs DDP just after | host ms/iter at iteration start (waits, agreement, decisions) |",
+                  "|---|---:|---|---:|" + "---:|" * (len(refs) + 2)]
+        for t in s["tuned"]:
+            f = t["final"]
+            cr = "unlimited" if f["credit_bytes"] >= UNLIMITED else f"{f['credit_bytes'] / f['partition_bytes']:.3g}X"
+            lines.append(f"| {t['tuner']} | {t['iterations']} | <{_fmt_bytes(int(f['partition_bytes']))}, {cr}> | {len(t['reconfigurations'])} | "
+                         + " | ".join(f"{t['ratio_vs'][k]['whole_run']:.3f}x / {t['ratio_vs'][k]['second_half']:.3f}x" for k in refs)
+                         + f" | {t['ratio_vs_ddp_after']['whole_run']:.3f}x / {t['ratio_vs_ddp_after']['second_half']:.3f}x"
+                         + f" | {t['host_ms_per_iter'].get('iteration_start', 0.0):.2f} |")
+        for t in s["tuned"]:
+            lines.append("")
+            lines.append(f"**{t['tuner']}** per chunk of {t['chunk_iters']} iterations vs DDP: "
+                         + " ".join(f"{v:.2f}" for v in t["ratio_vs_ddp_per_chunk"]))
+            for r in t["reconfigurations"]:
+                lines.append(f"- iteration {r['iteration']}: -> <{_fmt_bytes(int(r['new']['partition_bytes']))}, "
+                             f"{r['new']['credit_bytes'] / r['new']['partition_bytes']:.3g}X>: {r['reason'][:300]}")
+        lines.append("")
     if s["profiles"]:
         lines += [f"## Profile (rank 0, torch.profiler, {s['profile_iters']} iterations; "
                   f"every thread {'captured' if s['profile_all_threads'] else 'NOT captured (this torch cannot profile all threads)'})", "",
@@ -363,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations per mode (default: 5 on CUDA, 1 on CPU)")
     ap.add_argument("--grid", default=DEFAULT_GRID, help=f"PARTITION:CREDIT_MULTIPLE,... (default: {DEFAULT_GRID})")
     ap.add_argument("--profile-iters", type=int, default=None, help="profiled iterations per mode, 0: none (default: 5 on CUDA, 2 on CPU)")
+    ap.add_argument("--tuners", default="autobyte", help="tuners run after the rounds from ByteScheduler's default, comma-separated; none: no tuner block (default: autobyte)")
+    ap.add_argument("--tune-iters", type=int, default=None, help="iterations of each tuner's continuous run (default: 150 on CUDA, 12 on CPU)")
+    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="SOURCE",
+                    help="a module or .py file that registers tuners (autobyte.core.tuners.register_tuner), in every rank; repeatable")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads per rank on the CPU fallback")
     ap.add_argument("--timeout-s", type=float, default=1800.0)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -377,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.out:
         ap.error("--out is required: the directory for bench_gpu.json and bench_gpu.md.")
-    for name in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters", "threads"):
+    for name in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters", "threads", "tune_iters"):
         v = getattr(args, name)
         if v is not None and (v < 0 or (v == 0 and name not in ("warmup", "profile_iters"))):
             ap.error(f"--{name.replace('_', '-')} must be a positive integer, but got {v}.")
@@ -385,6 +486,13 @@ def main(argv: list[str] | None = None) -> int:
         grid = _parse_grid(args.grid)
     except ValueError as exc:
         ap.error(str(exc))
+    from autobyte.core.tuners import import_tuners, tuner_names
+
+    import_tuners(args.imports)
+    tuners = [] if args.tuners.strip() == "none" else [t.strip() for t in args.tuners.split(",") if t.strip()]
+    for t in tuners:
+        if t not in tuner_names():
+            ap.error(f"--tuners: each name must be one of {', '.join(tuner_names())} (or 'none'), but got {t!r}.")
     has_cuda = torch.cuda.is_available()
     if args.device == "cuda" and not has_cuda:
         ap.error("--device cuda was asked for, but torch.cuda.is_available() is False here; use --device auto or cpu.")
@@ -399,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": d(5, 1) if args.warmup is None else args.warmup,
         "profile_iters": d(5, 2) if args.profile_iters is None else args.profile_iters,
         "threads": args.threads,
+        "tuners": tuners, "imports": [str(Path(i).resolve()) if i.endswith(".py") else i for i in args.imports], "tune_iters": args.tune_iters or d(150, 12),
         "modes": modes_for(grid),
         "profile_modes": ["DDP (bucket_cap_mb=25)", DDP_POINT[0], BS_DEFAULT[0]],
     }
@@ -427,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "PYTHONPATH=$PWD python3 " + " ".join([os.path.relpath(__file__, root) if __file__.startswith(root) else __file__,
                                                           *(argv if argv is not None else sys.argv[1:])]),
         "load_average_start": load0, "load_average_end": "%.2f %.2f %.2f" % os.getloadavg(),
-        **{k: opts[k] for k in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters")},
+        **{k: opts[k] for k in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters", "tune_iters")},
         "unix_time": time.time(),
     }
     summary = summarize(raw, meta)
