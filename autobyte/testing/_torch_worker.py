@@ -6,7 +6,8 @@ usage: python -m autobyte.testing._torch_worker OUT_DIR JOB_JSON
 plus ``scenario`` (``"job"``, default; ``"trace"``; ``"mismatch"``),
 ``optimizer`` (``"sgd"``, ``"sgd_nesterov"``, ``"adam"``, ``"adamw"``), ``overlap`` and
 ``backend`` (``"gloo"``; ``"nccl"`` uses one GPU per rank) and ``device``
-(``"cuda"`` with gloo: CUDA tensors, the ranks may share one GPU). Writes
+(``"cuda"`` with gloo: CUDA tensors, the ranks may share one GPU; on CUDA the
+deterministic kernels are used unless ``deterministic`` is false). Writes
 ``OUT_DIR/rank{r}.json`` (what the engine did) and ``OUT_DIR/rank{r}.npz``
 (the parameters after each configuration's run, no pickle).
 """
@@ -183,6 +184,13 @@ def main() -> None:
     elif job.get("device") == "cuda":  # gloo with CUDA tensors: the ranks may share one GPU
         DEVICE = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
         torch.cuda.set_device(DEVICE)
+    if DEVICE.type == "cuda" and job.get("deterministic", True):
+        # cuDNN's and cuBLAS's default kernels may sum in a different order on every call, so two runs of
+        # DDP itself differ in the last bits, and Adam (an update of about lr * sign(g) where g is near 0)
+        # turns such bits into differences of lr: the comparison with DDP needs the deterministic kernels.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
     dist.init_process_group(backend)
     rank = dist.get_rank()
     scenario = job.get("scenario", "job")
