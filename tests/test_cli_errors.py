@@ -158,7 +158,7 @@ CASES: list[tuple[list[str], str]] = [
     (["bench", "--model", "resnet"], "--model must be cnn or emu:NAME (a zoo model), but got --model='resnet'."),
     (["bench", "--arch", "ps", "--model", "emu:nosuch"], "--model 'emu:nosuch': name must be one of"),
     (["bench", "--model", "emu:resnet50"], "--model emu:resnet50 (emulated compute) runs with --arch ps here, but got --arch='allreduce'."),
-    (["bench", "--suite", "quick", "--arch", "ps"], "--suite runs all-reduce scenarios with their own models, but got --arch='ps'"),
+    (["bench", "--suite", "quick", "--arch", "ps"], "--suite runs each scenario on the architecture and model it names (--suite paper-ps on a parameter server), but got --arch='ps'"),
     (["bench", "--arch", "ps", "--compute-scale", "0"], "--compute-scale must be a number"),
     (["bench", "--methods", ""], "--methods must be a comma-separated subset"),
     (["bench", "--low-mbit", "0"], "--low-mbit must be a number of Mbit/s in (0, 1e+06], but got --low-mbit=0.0."),

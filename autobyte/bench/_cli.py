@@ -132,8 +132,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.suite is not None:
         if args.arch != "allreduce" or args.model != "cnn":
-            raise CLIError(f"--suite runs all-reduce scenarios with their own models, but got --arch={args.arch!r}, "
-                           f"--model={args.model!r} with --suite={args.suite!r}.")
+            raise CLIError(f"--suite runs each scenario on the architecture and model it names (--suite paper-ps on a "
+                           f"parameter server), but got --arch={args.arch!r}, --model={args.model!r} with --suite={args.suite!r}.")
         return _bench_suite(args)
     for flag, value in (("--scenarios", args.scenarios), ("--repeats", args.repeats), ("--import", args.imports)):
         if value is not None:

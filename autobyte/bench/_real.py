@@ -123,18 +123,19 @@ def _grid() -> list[Config]:
     return [Config.from_multiple(p, m) for p in GRID_PARTITIONS for m in GRID_CREDITS]
 
 
-def _run(spec: dict[str, Any], trace: Any, out_dir: str, plan: Any, log: Any) -> list[dict[str, Any]]:
-    """Run ``allreduce_ranks`` with ``spec`` on 2 testbed workers following ``trace``; its iterations.
+def _run(spec: dict[str, Any], trace: Any, out_dir: str, plan: Any, log: Any, arch: str | None = None) -> list[dict[str, Any]]:
+    """Run the rank module of ``arch`` with ``spec`` on 2 testbed workers following ``trace``; its iterations.
 
     ``trace`` is a ``--trace`` string or a :class:`~autobyte.testbed.BandwidthTrace`;
-    ``plan`` gives ``batch_size`` and ``timeout_s`` (a :class:`BenchPlan` or a suite's plan).
+    ``plan`` gives ``batch_size`` and ``timeout_s`` (a :class:`BenchPlan` or a suite's plan) and the
+    architecture when ``arch`` is ``None`` (a suite's scenario names its own).
     """
     from ..testbed import BandwidthTrace, Testbed
 
     os.makedirs(out_dir, exist_ok=True)
     spec = dict(getattr(plan, "model_spec", None) or {}, **spec)
     spec = dict(spec, batch_size=spec.get("batch_size", plan.batch_size))
-    arch = getattr(plan, "arch", "allreduce")
+    arch = arch or getattr(plan, "arch", "allreduce")
     cmd = [sys.executable, "-m", RANKS_MODULE[arch], json.dumps(spec), out_dir]
     bw = trace if isinstance(trace, BandwidthTrace) else BandwidthTrace.parse(trace)
     t0 = time.monotonic()
@@ -172,7 +173,8 @@ def bo_result(decided: Sequence[dict[str, Any]]) -> tuple[Config, bool]:
     return (Config(*last["config"]) if last is not None else BYTESCHEDULER_DEFAULT), bool(froze)
 
 
-def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *, iters: int, window_iters: int) -> Config:
+def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *, iters: int, window_iters: int,
+               arch: str | None = None) -> Config:
     """Run ByteScheduler's BO tuner for ``iters`` iterations from the default config; the config it froze at.
 
     BO freezes after its last step (``n_steps`` windows, plus the first,
@@ -182,7 +184,7 @@ def _bo_search(extra: dict[str, Any], trace: Any, d: str, plan: Any, log: Any, *
     start = [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]
     # an offline search, meant to try bad configurations: the do-no-harm guard is off for it
     _run(dict(extra, method="tuner", tuner="bo", config=start, iters=iters, window_iters=window_iters, guarded=False),
-         trace, d, plan, log)
+         trace, d, plan, log, arch)
     with open(os.path.join(d, "decisions.jsonl")) as f:
         decided = [json.loads(line) for line in f]
     bo_config, frozen = bo_result(decided)

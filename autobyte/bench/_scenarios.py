@@ -31,16 +31,21 @@ class Condition:
         rank1_up_mbit: rank 1's upload when its link is asymmetric (``None``,
             the default: symmetric); its download stays ``mbit``.
         flow: a competing bulk TCP flow from rank 1 to rank 0 runs during the phase (default False).
-        slowdown: rank 1 computes this many times slower (1.0, the default: not slowed).
+        slowdown: the ranks of ``slow_ranks`` compute this many times slower (1.0, the default: not slowed).
+        slow_ranks: which ranks ``slowdown`` slows: ``(1,)`` (the default: one worker shares its
+            accelerator with another job) or ``(0, 1)`` (every worker does, as when jobs join a whole
+            cluster, the paper's Fig. 7).
 
     Raises:
-        ValueError: a rate not a positive number of Mbit/s, ``slowdown`` below 1.
+        ValueError: a rate not a positive number of Mbit/s, ``slowdown`` below 1, ``slow_ranks`` not
+            ``(1,)``, ``(0,)`` or ``(0, 1)``.
     """
 
     mbit: float
     rank1_up_mbit: float | None = None
     flow: bool = False
     slowdown: float = 1.0
+    slow_ranks: tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
         from ..testbed._trace import check_mbit
@@ -54,6 +59,8 @@ class Condition:
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or not 1.0 <= s <= 10.0:
             raise ValueError(f"slowdown must be a number in [1, 10], but got slowdown={s!r}.")
         object.__setattr__(self, "slowdown", float(s))
+        if self.slow_ranks not in ((1,), (0,), (0, 1)):
+            raise ValueError(f"slow_ranks must be (1,), (0,) or (0, 1), but got slow_ranks={self.slow_ranks!r}.")
 
     @property
     def key(self) -> str:
@@ -64,7 +71,7 @@ class Condition:
         if self.flow:
             k += "-flow"
         if self.slowdown != 1.0:
-            k += f"-slow{self.slowdown:g}"
+            k += f"-slow{self.slowdown:g}" + ("" if self.slow_ranks == (1,) else "-r" + "".join(map(str, self.slow_ranks)))
         return k
 
     def rate_changes(self, at: int) -> list[Any]:
@@ -104,9 +111,13 @@ class Scenario:
         about: one line for the docs and the table.
         compute_scale: an emulated model's compute slow-down (``None``, the
             default: :data:`~autobyte.bench.emulation.DEFAULT_SCALE`); only for emulated models.
+        arch: ``"allreduce"`` (the default: torch gloo, DDP the unscheduled
+            baseline) or ``"ps"`` (MXNet ``dist_sync`` with a server co-located
+            with each worker, plain ``dist_sync`` the baseline; models ``cnn``
+            or ``emu:NAME``).
 
     Raises:
-        ValueError: a bad name, model, tag, batch size, compute scale, or no phases.
+        ValueError: a bad name, model, tag, batch size, compute scale, arch, or no phases.
     """
 
     name: str
@@ -116,8 +127,10 @@ class Scenario:
     batch_size: int = 16
     about: str = ""
     compute_scale: float | None = None
+    arch: str = "allreduce"
 
     def __post_init__(self) -> None:
+        from ._real import ARCHS
         from .emulation import DEFAULT_SCALE, Emulation, is_emulated
         from .models import MODELS
 
@@ -138,6 +151,11 @@ class Scenario:
                              f"{self.compute_scale!r} for model={self.model!r}.")
         if self.tag not in TAGS:
             raise ValueError(f"tag must be one of {TAGS}, but got tag={self.tag!r}.")
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, but got arch={self.arch!r}.")
+        if self.arch == "ps" and not (self.model == "cnn" or is_emulated(self.model)):
+            raise ValueError(f"model must be 'cnn' or 'emu:NAME' with arch='ps' (the parameter-server runner's models), "
+                             f"but got model={self.model!r}.")
         check_int("batch_size", self.batch_size)
         phases = tuple(self.phases)
         if not phases or not all(isinstance(p, Phase) for p in phases):
@@ -154,10 +172,9 @@ class Scenario:
 
     @property
     def model_key(self) -> str:
-        """A file-name-safe name of the model as run: ``cnn-bs16``, ``emu-resnet50-x10-bs64``."""
-        if self.emulated:
-            return f"{self.model.replace(':', '-')}-x{self.compute_scale:g}-bs{self.batch_size}"
-        return f"{self.model}-bs{self.batch_size}"
+        """A file-name-safe name of the model as run: ``cnn-bs16``, ``emu-resnet50-x10-bs64``, ``...-ps`` on a parameter server."""
+        key = f"{self.model.replace(':', '-')}-x{self.compute_scale:g}-bs{self.batch_size}" if self.emulated else f"{self.model}-bs{self.batch_size}"
+        return key + ("-ps" if self.arch == "ps" else "")
 
     def spec(self) -> dict[str, Any]:
         """The model part of the rank script's spec: ``model``, ``batch_size`` (and ``compute_scale`` when emulated)."""
@@ -214,7 +231,13 @@ class Scenario:
 
     def slowdown(self) -> list[list[Any]]:
         """The rank script's ``slowdown`` spec: ``[[first, end, rank, factor], ...]``."""
-        return [[s, s + p.iters, 1, p.condition.slowdown] for s, p in zip(self.starts(), self.phases) if p.condition.slowdown > 1.0]
+        return [[s, s + p.iters, r, p.condition.slowdown] for s, p in zip(self.starts(), self.phases)
+                if p.condition.slowdown > 1.0 for r in p.condition.slow_ranks]
+
+
+def condition_slowdown(c: Condition) -> list[list[Any]]:
+    """The rank script's ``slowdown`` spec that holds condition ``c``'s slowdown for a whole run."""
+    return [[0, 10**9, r, c.slowdown] for r in c.slow_ranks] if c.slowdown > 1.0 else []
 
 
 def condition_trace(c: Condition) -> Any:
@@ -319,6 +342,23 @@ def _suites() -> dict[str, Suite]:
                  "DenseNet-121 emulated at V100 speed / 2 (32 MB in 121 tensors); 3 iterations at 2000 Mbit/s, then 3 at "
                  "600 Mbit/s with rank 1 2x slower", 2.0),
     )
+    # the paper's Fig. 7 on a parameter server (its own experiment's architecture), emulated compute: one job alone (the
+    # paper's 20 Gbit/s / 10), then a second and a third job join and share every worker's link and accelerator evenly
+    # (rates / 2 and / 3, compute 2x and 3x slower on both workers), 20 iterations each as in the paper
+    fig7 = tuple(Phase(20, Condition(round(scaled_mbit(20.0, 10.0) / k), slowdown=float(k), slow_ranks=(0, 1))) for k in (1, 2, 3))
+    paper_ps = (
+        Scenario("fig7-resnet50-ps", "emu:resnet50", fig7, "tune", 64,
+                 "ResNet-50 emulated 10x slower than a V100 (batch 64) on MXNet dist_sync, a server beside each worker; "
+                 "2000 Mbit/s alone (the paper's 20 Gbit/s / 10), then a 2nd and a 3rd job join at iterations 20 and 40 "
+                 "and share links and compute evenly: 1000 Mbit/s and 2x slower compute on both workers, then 667 and 3x",
+                 10.0, arch="ps"),
+    )
+    ps_smoke = (
+        Scenario("ps-smoke", "emu:densenet121",
+                 (Phase(3, Condition(2000)), Phase(3, Condition(1000, slowdown=2.0, slow_ranks=(0, 1)))), "tune", 32,
+                 "DenseNet-121 emulated at V100 speed / 2 on MXNet dist_sync; 3 iterations at 2000 Mbit/s, then 3 at "
+                 "1000 Mbit/s with both workers 2x slower", 2.0, arch="ps"),
+    )
     return {
         "full": Suite("full", full, repeats=2, about="6 scenarios (4 tune, 2 held out), the 15-config grid, BO 200 iterations"),
         "quick": Suite("quick", quick, partitions=(256 * KiB, 4 * MiB), credits=(1, 4), grid_iters=6, grid_warmup=2,
@@ -331,6 +371,13 @@ def _suites() -> dict[str, Suite]:
                        grid_iters=3, grid_warmup=1, bo_iters=112, window_iters=5, repeats=2,
                        about="the paper's Fig. 6 (ResNet-50, 1000/300 Mbit/s every 20 iterations, tune) and a Fig. 7 kind of "
                              "change on DenseNet-169 (held out), emulated compute; 18-config grid, BO 112 iterations (15 steps of 5+2)"),
+        "paper-ps": Suite("paper-ps", paper_ps, partitions=(512 * KiB, 2 * MiB, 8 * MiB), credits=(2, 8, 32),
+                          grid_iters=3, grid_warmup=1, bo_iters=112, window_iters=5, repeats=2,
+                          about="the paper's Fig. 7 on a parameter server (ResNet-50, jobs join and share links and compute), "
+                                "emulated compute; 9-config grid up to credit 32X (PS grids' best were 16-32X), BO 112 iterations"),
+        "ps-smoke": Suite("ps-smoke", ps_smoke, partitions=(1 * MiB, 8 * MiB), credits=(4,), grid_iters=2, grid_warmup=1,
+                          bo_iters=6, window_iters=3, repeats=1, about="one 6-iteration emulated parameter-server scenario: "
+                                                                         "the test suite's real run"),
         "emu-smoke": Suite("emu-smoke", emu_smoke, partitions=(1 * MiB, 8 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
                            bo_iters=6, window_iters=3, repeats=1, about="one 6-iteration emulated scenario: the test suite's real run"),
     }

@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
 from ..core.tuners import import_tuners
+from ._real import BASELINE
 from ._scenarios import SUITES, TAGS, Condition, Scenario, Suite, condition_trace
 
 #: Methods every suite knows; any registered tuner also runs as ``tuner:NAME``.
@@ -249,7 +250,8 @@ def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mappin
                   if mt and mt.get("tuner_cpu_s") is not None and mt.get("wall_s")]
         if shares:
             row["tuner_cpu_share"] = statistics.median(shares)
-    return {"name": sc.name, "tag": sc.tag, "model": sc.model, "batch_size": sc.batch_size, "iters": sc.iters,
+    return {"name": sc.name, "tag": sc.tag, "arch": sc.arch, "baseline": BASELINE[sc.arch], "model": sc.model,
+            "batch_size": sc.batch_size, "iters": sc.iters,
             "compute_scale": sc.compute_scale, "about": sc.about, "phases": [[p.iters, p.condition.key] for p in sc.phases], "methods": rows}
 
 
@@ -309,7 +311,7 @@ def table_md(summary: Mapping[str, Any]) -> str:
              "ByteScheduler-default run of the same round (median over repeats, and the worst repeat; > 1.03 breaks "
              "the 3% guard); on the ByteScheduler-default row, each of its repeats against the next one: the same "
              "static config twice, the noise floor of that figure.", ""]
-    head = ("| scenario | method | samples/s | spread | vs hindsight | vs oracle | vs BS default | vs BO | vs DDP | "
+    head = ("| scenario | method | samples/s | spread | vs hindsight | vs oracle | vs BS default | vs BO | vs DDP (dist_sync on PS) | "
             f"worst {HARM_SPAN}-it vs start (max) | tuner CPU |")
     for tag in TAGS:
         mine = [s for s in summary["scenarios"] if s["tag"] == tag]
@@ -320,7 +322,8 @@ def table_md(summary: Mapping[str, Any]) -> str:
             for m, r in s["methods"].items():
                 ws = r.get("worst_span")
                 cpu = r.get("tuner_cpu_share")
-                lines.append(f"| {s['name']} | {m} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | "
+                shown = s.get("baseline", "ddp") if m == "ddp" else m
+                lines.append(f"| {s['name']} | {shown} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | "
                              + " | ".join(_ratio(r["vs"].get(ref)) for ref in REFS)
                              + f" | {_harm(ws)} | {'' if cpu is None else f'{100 * cpu:.2f}%'} |")
         notes = [_configs_line(s) for s in mine if {"hindsight", "oracle_phases", "bo"} & set(s.get("configs", {}))]
@@ -350,7 +353,7 @@ def _specs(sc: Scenario, suite: Suite, grids: Mapping[Condition, Mapping[Config,
            bo_config: Config | None) -> dict[str, dict[str, Any]]:
     start = [BYTESCHEDULER_DEFAULT.partition_bytes, BYTESCHEDULER_DEFAULT.credit_bytes]
     specs: dict[str, dict[str, Any]] = {
-        "ddp": {"method": "ddp"},
+        "ddp": {"method": BASELINE[sc.arch]},  # the unscheduled baseline: DDP, or plain dist_sync on a parameter server
         "bytescheduler": {"method": "static", "config": start},
         "autobyte": {"method": "tuner", "tuner": "autobyte", "window_iters": suite.window_iters, "config": start},
     }
@@ -378,6 +381,7 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
     """Run every selected scenario of ``plan``'s suite; write per-scenario outputs and the suite table."""
     from ..testbed._netns import require_root
     from ._real import _bo_search, _read_sweep, _run, _sweep_spec
+    from ._scenarios import condition_slowdown
 
     require_root()
     os.makedirs(out, exist_ok=True)
@@ -393,7 +397,8 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
         log(f"scenario {sc.name} [{sc.tag}]: {sc.about} ({sc.iters} iterations)")
         d_sc = os.path.join(out, sc.name)
         base: dict[str, Any] = sc.spec()
-        if any(c.slowdown > 1.0 for c in sc.conditions()) and not sc.emulated:  # emulated: the rank scales its sleeps
+        # emulated: the rank scales its sleeps; a parameter-server rank measures its own (MXNet) compute
+        if any(c.slowdown > 1.0 for c in sc.conditions()) and not sc.emulated and sc.arch == "allreduce":
             # measured once here, so every run of the scenario (grids included) sleeps alike whatever the load then
             key_c = (sc.model, sc.batch_size)
             if key_c not in compute:
@@ -410,18 +415,16 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
                 if key not in cache:
                     log(f" grid at {c.key} ({len(grid)} configs)")
                     d = os.path.join(out, "grids", f"{sc.model_key}-{c.key}")
-                    slow = [[0, 10**9, 1, c.slowdown]] if c.slowdown > 1.0 else []
-                    _run(dict(_sweep_spec(grid, suite.grid_iters, suite.grid_warmup), slowdown=slow, **base),
-                         condition_trace(c), d, plan, log)
+                    _run(dict(_sweep_spec(grid, suite.grid_iters, suite.grid_warmup), slowdown=condition_slowdown(c), **base),
+                         condition_trace(c), d, plan, log, sc.arch)
                     cache[key] = _read_sweep(d)
                 grids[c] = cache[key]
         bo_config = None
         if "bo" in plan.methods:
             c0 = sc.phases[0].condition
             log(f" BO search at {c0.key} ({suite.bo_iters} iterations)")
-            slow = [[0, 10**9, 1, c0.slowdown]] if c0.slowdown > 1.0 else []
-            bo_config = _bo_search(dict(base, slowdown=slow), condition_trace(c0), os.path.join(d_sc, "bo_search"), plan, log,
-                                   iters=suite.bo_iters, window_iters=suite.window_iters)
+            bo_config = _bo_search(dict(base, slowdown=condition_slowdown(c0)), condition_trace(c0), os.path.join(d_sc, "bo_search"),
+                                   plan, log, iters=suite.bo_iters, window_iters=suite.window_iters, arch=sc.arch)
         specs = _specs(sc, suite, grids, bo_config)
         if "hindsight" in specs:
             log(f" best static in hindsight: {specs['hindsight']['config']}; oracle phases: {specs['oracle']['phases']}")
@@ -435,7 +438,7 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
                 spec = dict(_spec_for(m, specs, suite), iters=sc.iters, slowdown=sc.slowdown(), **base)
                 if is_tuner(m) and plan.imports:
                     spec["imports"] = list(plan.imports)
-                runs[m].append(_run(spec, trace, d, plan, log))
+                runs[m].append(_run(spec, trace, d, plan, log, sc.arch))
                 with open(os.path.join(d, "decisions.jsonl")) as f:
                     decisions[m].append([json.loads(line) for line in f])
                 try:

@@ -34,6 +34,8 @@ FAST, SLOW = Condition(2000), Condition(200)
     ({"mbit": 100, "flow": "yes"}, "flow must be True or False, but got flow='yes'"),
     ({"mbit": 100, "slowdown": 0.5}, r"slowdown must be a number in \[1, 10\], but got slowdown=0.5"),
     ({"mbit": 100, "slowdown": float("nan")}, r"slowdown must be a number in \[1, 10\]"),
+    ({"mbit": 100, "slowdown": 2.0, "slow_ranks": (1, 0)}, r"slow_ranks must be \(1,\), \(0,\) or \(0, 1\), but got slow_ranks=\(1, 0\)\."),
+    ({"mbit": 100, "slow_ranks": [0, 1]}, r"slow_ranks must be \(1,\), \(0,\) or \(0, 1\), but got slow_ranks=\[0, 1\]\."),
 ])
 def test_condition_rejects_bad_values(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -49,6 +51,9 @@ def test_condition_rejects_bad_values(kw, match):
     ({"tag": "test"}, r"tag must be one of \('tune', 'heldout'\), but got tag='test'"),
     ({"batch_size": 0}, "batch_size must be a positive integer, but got batch_size=0"),
     ({"phases": ()}, r"phases must be a non-empty list of Phase, but got phases=\(\)"),
+    ({"arch": "ring"}, r"arch must be one of \('allreduce', 'ps'\), but got arch='ring'\."),
+    ({"model": "transformer", "arch": "ps"},
+     r"model must be 'cnn' or 'emu:NAME' with arch='ps' \(the parameter-server runner's models\), but got model='transformer'\."),
 ])
 def test_scenario_rejects_bad_values(kw, match):
     args = {"name": "s", "model": "cnn", "phases": (Phase(5, FAST),), **kw}
@@ -67,6 +72,20 @@ def test_emulated_scenario_spec_and_names():
     assert [p.condition.mbit for p in fig6.phases] == [1000.0, 300.0] * 2 and {p.iters for p in fig6.phases} == {20}
 
 
+def test_parameter_server_scenarios_slow_every_worker_and_keep_their_own_grids():
+    (fig7,) = SUITES["paper-ps"].scenarios
+    assert fig7.arch == "ps" and fig7.emulated and fig7.iters == 60
+    assert [(p.iters, p.condition.mbit, p.condition.slowdown) for p in fig7.phases] == [(20, 2000, 1.0), (20, 1000, 2.0), (20, 667, 3.0)]
+    # jobs joining the cluster slow both workers: one slowdown entry per rank and phase
+    assert fig7.slowdown() == [[20, 40, 0, 2.0], [20, 40, 1, 2.0], [40, 60, 0, 3.0], [40, 60, 1, 3.0]]
+    assert [c.key for c in fig7.conditions()] == ["2000mbit", "1000mbit-slow2-r01", "667mbit-slow3-r01"]
+    assert Condition(800, slowdown=2.0).key == "800mbit-slow2"  # one slowed worker: the key of earlier runs
+    # the grids of a PS scenario are not an all-reduce run's of the same model and condition
+    allreduce = Scenario("a", "emu:resnet50", fig7.phases, batch_size=64, compute_scale=10.0)
+    assert fig7.model_key == allreduce.model_key + "-ps" == "emu-resnet50-x10-bs64-ps"
+    assert max(c.credit_multiple for c in SUITES["paper-ps"].grid()) >= 16  # the PS grids' best were 16-32X
+
+
 def test_phase_rejects_bad_values():
     with pytest.raises(ValueError, match="iters must be a positive integer, but got iters=0"):
         Phase(0, FAST)
@@ -75,7 +94,7 @@ def test_phase_rejects_bad_values():
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"suite": "nightly"}, "suite must be one of full, quick, readme, smoke, paper, emu-smoke, but got suite='nightly'"),
+    ({"suite": "nightly"}, "suite must be one of full, quick, readme, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got suite='nightly'"),
     ({"repeats": 0}, "repeats must be a positive integer, but got repeats=0"),
     ({"methods": ["ddp", "magic"]}, "methods must each be one of ddp, bytescheduler, bo, hindsight, oracle, autobyte or "
                                     "tuner:NAME with NAME one of .*, but got 'magic'"),
@@ -291,7 +310,7 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
 # -- the command line ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "--suite", "nightly"], "--suite must be one of full, quick, readme, smoke, paper, emu-smoke, but got --suite='nightly'."),
+    (["bench", "--suite", "nightly"], "--suite must be one of full, quick, readme, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got --suite='nightly'."),
     (["bench", "--suite", "quick", "--methods", "ddp,tuner:nosuch"], "or tuner:NAME with NAME one of autobyte, bo, grid, static, but got 'tuner:nosuch'"),
     (["bench", "--suite", "quick", "--methods", "ddp,magic"], "('magic' unknown). With --suite, also hindsight"),
     (["bench", "--suite", "quick", "--import", "no_such_module_x"],
@@ -402,6 +421,30 @@ def test_emulated_smoke_suite_runs_for_real(tmp_path):
         assert all(r["seconds"] >= 0.97 * emu.compute_s for r in its[1:3]), its
         assert all(r["seconds"] >= 0.97 * 2 * emu.compute_s for r in its[4:]), its
         assert sc["methods"][m]["median"] > 0
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
+def test_parameter_server_smoke_suite_runs_for_real(tmp_path):
+    """A suite scenario on MXNet dist_sync: plain dist_sync as the baseline, the scheduled KVStore engine, both workers slowed."""
+    pytest.importorskip("mxnet")
+    from autobyte.bench._suite import run_suite, table_md
+
+    plan = SuitePlan("ps-smoke", methods=["ddp", "bytescheduler"], timeout_s=180)
+    s = run_suite(plan, str(tmp_path), log=lambda *_: None)
+    sc = s["scenarios"][0]
+    assert sc["arch"] == "ps" and sc["baseline"] == "dist_sync" and sc["model"] == "emu:densenet121"
+    emu = Emulation("emu:densenet121", 2.0, 32)
+    for m, method in (("ddp", "dist_sync"), ("bytescheduler", "static")):
+        d = tmp_path / "ps-smoke" / f"r0_{m}"
+        metas = [json.loads((d / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert all(mt["method"] == method for mt in metas), metas  # the PS runner ran it: dist_sync, not DDP
+        its = [json.loads(line) for line in (d / "iterations.jsonl").read_text().splitlines()]
+        assert len(its) == 6, its
+        # both workers compute 2x slower in the second phase: each iteration takes at least twice the emulated compute
+        assert all(r["seconds"] >= 0.97 * 2 * emu.compute_s for r in its[3:5]), its
+        assert sc["methods"][m]["median"] > 0
+    assert "| ps-smoke | dist_sync |" in table_md(s)
 
 
 def test_readme_suite_is_the_readme_benchs_scenario():
