@@ -135,7 +135,7 @@ def _run(spec: dict[str, Any], trace: Any, out_dir: str, plan: Any, log: Any, ar
     os.makedirs(out_dir, exist_ok=True)
     spec = dict(getattr(plan, "model_spec", None) or {}, **spec)
     spec = dict(spec, batch_size=spec.get("batch_size", plan.batch_size))
-    arch = arch or getattr(plan, "arch", "allreduce")
+    arch = arch or str(getattr(plan, "arch", "allreduce"))
     cmd = [sys.executable, "-m", RANKS_MODULE[arch], json.dumps(spec), out_dir]
     bw = trace if isinstance(trace, BandwidthTrace) else BandwidthTrace.parse(trace)
     t0 = time.monotonic()
