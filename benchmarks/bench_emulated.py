@@ -77,18 +77,28 @@ def fitted_params(path: str) -> SimParams:
         return SimParams(**json.load(f)["fit"]["params"])
 
 
-def sim_ddp_iter_s(prof: Any, params: SimParams, rate: float, n_workers: int = 2) -> float:
+def sim_ddp_iter_s(prof: Any, params: SimParams, rate: float, n_workers: int = 2, slowdown: Sequence[float] | None = None) -> float:
     from autobyte.sim import simulate_ddp
 
-    return float(np.mean(simulate_ddp(prof, params.cluster(rate, n_workers), 25, n_iters=3).iter_time_s))
+    return float(np.mean(simulate_ddp(prof, params.cluster(rate, n_workers, slowdown=slowdown), 25, n_iters=3).iter_time_s))
 
 
-def sim_iter_s(prof: Any, params: SimParams, rate: float, cfg: Config, n_workers: int = 2, arch: str = "allreduce") -> float:
+def sim_iter_s(prof: Any, params: SimParams, rate: float, cfg: Config, n_workers: int = 2, arch: str = "allreduce",
+               slowdown: Sequence[float] | None = None) -> float:
     if n_workers == 2:
-        return simulate_iter_s(prof, params, rate, cfg, arch=arch)
+        return simulate_iter_s(prof, params, rate, cfg, arch=arch, slowdown=slowdown)
     from autobyte.sim import simulate
 
-    return float(np.mean(simulate(prof, params.cluster(rate, n_workers, arch=arch), cfg, n_iters=3, warmup_iters=2).iter_time_s))
+    return float(np.mean(simulate(prof, params.cluster(rate, n_workers, arch=arch, slowdown=slowdown), cfg, n_iters=3,
+                                  warmup_iters=2).iter_time_s))
+
+
+def sim_baseline_iter_s(prof: Any, params: SimParams, rate: float, arch: str = "allreduce",
+                        slowdown: Sequence[float] | None = None) -> float:
+    """The unscheduled baseline's simulated iteration: DDP, or on a parameter server :data:`DIST_SYNC_STAND_IN`."""
+    if arch == "allreduce":
+        return sim_ddp_iter_s(prof, params, rate, slowdown=slowdown)
+    return sim_iter_s(prof, params, rate, DIST_SYNC_STAND_IN, arch=arch, slowdown=slowdown)
 
 
 # -------------------------------------------------------------------------------- sleep
@@ -149,8 +159,38 @@ def _rate(key: str) -> float:
     return float(key.split("mbit")[0])
 
 
-def _trace_rates(sc: dict[str, Any]) -> list[tuple[int, float]]:
-    return [(int(n), _rate(k)) for n, k in sc["phases"]]
+#: A suite condition as the simulator runs it: the link rate (Mbit/s) and each worker's compute slow-down.
+Cond = tuple[float, tuple[float, ...]]
+
+
+def _condition(key: str) -> Cond:
+    """A suite condition key (``1000mbit``, ``800mbit-slow2``: rank 1 slowed, ``667mbit-slow3-r01``: both) as a :data:`Cond`.
+
+    Raises:
+        ValueError: a competing flow or an asymmetric link (the simulator's cluster has neither).
+    """
+    import re
+
+    m = re.fullmatch(r"([0-9.]+)mbit(?:-slow([0-9.]+)(?:-r([01]+))?)?", key)
+    if m is None:
+        raise ValueError(f"condition must be a rate with an optional compute slow-down (the simulator has no competing flow "
+                         f"or asymmetric link), but got condition={key!r}.")
+    factor, ranks = float(m.group(2) or 1.0), {int(c) for c in (m.group(3) or "1")}
+    return float(m.group(1)), tuple(factor if r in ranks else 1.0 for r in range(2))
+
+
+def _slow(cond: Cond) -> list[float] | None:
+    """The simulator's ``slowdown`` of a condition (``None``: no worker slowed)."""
+    return None if all(f == 1.0 for f in cond[1]) else list(cond[1])
+
+
+def _label(cond: Cond) -> str:
+    rate, slow = cond
+    return f"{rate:g} Mbit/s" + ("" if _slow(cond) is None else " compute x" + "/".join(f"{f:g}" for f in slow))
+
+
+def _trace_conds(sc: dict[str, Any]) -> list[tuple[int, Cond]]:
+    return [(int(n), _condition(k)) for n, k in sc["phases"]]
 
 
 def _settled_medians(records: Iterable[tuple[str, int, float, int, float]]) -> dict[str, dict[float, list[float]]]:
@@ -174,25 +214,25 @@ def _measured_static(run_dir: str, sc: dict[str, Any]) -> dict[str, dict[float, 
     import csv
 
     starts, k = [], 0
-    for n, _ in _trace_rates(sc):
+    for n, _ in _trace_conds(sc):
         starts.append(k)
         k += n
     with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
-        recs = [(r["method"], int(r["repeat"]), _rate(r["condition"]), int(r["iteration"]) - max(s for s in starts if s <= int(r["iteration"])),
+        recs = [(r["method"], int(r["repeat"]), _condition(r["condition"]), int(r["iteration"]) - max(s for s in starts if s <= int(r["iteration"])),
                  float(r["seconds"])) for r in csv.DictReader(f)]
     return _settled_medians(recs)
 
 
-def _tuner_configs(run_dir: str, sc: dict[str, Any]) -> dict[str, list[list[tuple[float, Config]]]]:
-    """Per tuner method, per repeat: each iteration's (rate, config in force), from the scenario's ``iterations.csv``."""
+def _tuner_configs(run_dir: str, sc: dict[str, Any]) -> dict[str, list[list[tuple[Cond, Config]]]]:
+    """Per tuner method, per repeat: each iteration's (condition, config in force), from the scenario's ``iterations.csv``."""
     import csv
 
-    out: dict[str, dict[int, list[tuple[float, Config]]]] = {}
+    out: dict[str, dict[int, list[tuple[Cond, Config]]]] = {}
     with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
         for r in csv.DictReader(f):
             if r["method"] == "autobyte" or r["method"].startswith("tuner"):
                 out.setdefault(r["method"], {}).setdefault(int(r["repeat"]), []).append(
-                    (_rate(r["condition"]), Config(int(r["partition_bytes"]), int(r["credit_bytes"]))))
+                    (_condition(r["condition"]), Config(int(r["partition_bytes"]), int(r["credit_bytes"]))))
     return {m: [reps[k] for k in sorted(reps)] for m, reps in out.items()}
 
 
@@ -205,9 +245,9 @@ def _static_configs(sc: dict[str, Any]) -> dict[str, Config]:
     return out
 
 
-def _trace_sps(phases: Sequence[tuple[int, float]], iter_s: Any, samples: int) -> float:
-    """Samples/s of a trace whose iteration at rate ``r`` takes ``iter_s(i_phase, r)`` seconds."""
-    secs = sum(n * iter_s(i, r) for i, (n, r) in enumerate(phases))
+def _trace_sps(phases: Sequence[tuple[int, Cond]], iter_s: Any, samples: int) -> float:
+    """Samples/s of a trace whose iteration in condition ``c`` takes ``iter_s(i_phase, c)`` seconds."""
+    secs = sum(n * iter_s(i, c) for i, (n, c) in enumerate(phases))
     return samples * sum(n for n, _ in phases) / secs
 
 
@@ -217,33 +257,41 @@ def simulate_methods(prof: Any, params: SimParams, sc: dict[str, Any], grid: Seq
     from autobyte.core.tuners import make_tuner
     from autobyte.meta._evaluate import CHECK, bo_config, run_tuner
 
-    phases = _trace_rates(sc)
-    rates = sorted({r for _, r in phases}, reverse=True)
+    arch = sc.get("arch", "allreduce")
+    phases = _trace_conds(sc)
+    conds = list(dict.fromkeys(c for _, c in phases))
     samples = prof.batch_size * 2
-    g = {r: {c: sim_iter_s(prof, params, r, c) for c in grid} for r in rates}
-    ddp = {r: sim_ddp_iter_s(prof, params, r) for r in rates}
-    best = {r: min(grid, key=lambda c: g[r][c]) for r in rates}
-    hind = min(grid, key=lambda c: sum(n * g[r][c] for n, r in phases))
-    bo = bo_config(prof, params.cluster(phases[0][1]), "allreduce")
-    out: dict[str, Any] = {"grid_iter_s": {f"{r:g}": {f"{c.partition_bytes},{c.credit_bytes}": v for c, v in g[r].items()} for r in rates},
-                           "ddp_iter_s": {f"{r:g}": v for r, v in ddp.items()}, "configs": {
-                               "oracle": {f"{r:g}": [best[r].partition_bytes, best[r].credit_bytes] for r in rates},
+
+    def it_s(c: Cond, cfg: Config) -> float:
+        return sim_iter_s(prof, params, c[0], cfg, arch=arch, slowdown=_slow(c))
+
+    g = {c: {k: it_s(c, k) for k in grid} for c in conds}
+    base = {c: sim_baseline_iter_s(prof, params, c[0], arch, _slow(c)) for c in conds}
+    best = {c: min(grid, key=lambda k: g[c][k]) for c in conds}
+    hind = min(grid, key=lambda k: sum(n * g[c][k] for n, c in phases))
+    c0 = phases[0][1]
+    bo = bo_config(prof, params.cluster(c0[0], arch=arch, slowdown=_slow(c0)), arch)
+    key = {c: k for _, k in sc["phases"] for c in [_condition(k)]}
+    out: dict[str, Any] = {"grid_iter_s": {key[c]: {f"{k.partition_bytes},{k.credit_bytes}": v for k, v in g[c].items()} for c in conds},
+                           "ddp_iter_s": {key[c]: v for c, v in base.items()}, "configs": {
+                               "oracle": {key[c]: [best[c].partition_bytes, best[c].credit_bytes] for c in conds},
                                "hindsight": [hind.partition_bytes, hind.credit_bytes], "bo": [bo.partition_bytes, bo.credit_bytes]}}
     sps = {
-        "ddp": _trace_sps(phases, lambda i, r: ddp[r], samples),
-        "bytescheduler": _trace_sps(phases, lambda i, r: sim_iter_s(prof, params, r, BYTESCHEDULER_DEFAULT), samples),
-        "bo": _trace_sps(phases, lambda i, r: sim_iter_s(prof, params, r, bo), samples),
-        "hindsight": _trace_sps(phases, lambda i, r: g[r][hind], samples),
-        "oracle": _trace_sps(phases, lambda i, r: g[r][best[r]], samples),
+        "ddp": _trace_sps(phases, lambda i, c: base[c], samples),
+        "bytescheduler": _trace_sps(phases, lambda i, c: it_s(c, BYTESCHEDULER_DEFAULT), samples),
+        "bo": _trace_sps(phases, lambda i, c: it_s(c, bo), samples),
+        "hindsight": _trace_sps(phases, lambda i, c: g[c][hind], samples),
+        "oracle": _trace_sps(phases, lambda i, c: g[c][best[c]], samples),
     }
     bounds = np.cumsum([0] + [n for n, _ in phases])
 
-    def rate_at(it: int) -> float:
-        return phases[int(np.searchsorted(bounds, it, side="right")) - 1][1]
+    def cluster_at(it: int) -> Any:
+        c = phases[int(np.searchsorted(bounds, it, side="right")) - 1][1]
+        return params.cluster(c[0], arch=arch, slowdown=_slow(c))
 
     n_it = int(bounds[-1])
-    run = run_tuner("autobyte", make_tuner("autobyte"), BYTESCHEDULER_DEFAULT, prof, lambda w: params.cluster(rate_at(w * 10)),
-                    max(1, -(-n_it // 10)), SearchSpace.default(), check_phase=lambda c: params.cluster(rate_at(c * CHECK)))
+    run = run_tuner("autobyte", make_tuner("autobyte"), BYTESCHEDULER_DEFAULT, prof, lambda w: cluster_at(w * 10),
+                    max(1, -(-n_it // 10)), SearchSpace.default(), check_phase=lambda c: cluster_at(c * CHECK))
     sps["autobyte"] = len(run.check_speeds) / sum(1.0 / s for s in run.check_speeds)
     out["autobyte_changes"] = run.changes
     out["samples_per_s"] = sps
@@ -257,30 +305,42 @@ def _ape(sim: float, meas: float) -> float:
 def cmd_compare(args: argparse.Namespace) -> None:
     summary, sc = _read_run(args.run)
     out_dir = args.out or args.run
+    arch = sc.get("arch", "allreduce")
     emu = Emulation(sc["model"], sc["compute_scale"], sc["batch_size"])
     prof = emu.scaled_profile()
     samples = sc["batch_size"] * 2
-    phases = _trace_rates(sc)
-    rates = sorted({r for _, r in phases}, reverse=True)
+    phases = _trace_conds(sc)
     grid = sorted({Config(*map(int, k.split(","))) for g in sc["grids"].values() for k in g},
                   key=lambda c: (c.partition_bytes, c.credit_bytes))
+
+    def it_s(params: SimParams, c: Cond, cfg: Config) -> float:
+        return sim_iter_s(prof, params, c[0], cfg, arch=arch, slowdown=_slow(c))
+
+    def base_s(params: SimParams, c: Cond) -> float:
+        return sim_baseline_iter_s(prof, params, c[0], arch, _slow(c))
+
     # measured points: the grids (fit) and the static trace runs (held out)
-    grid_pts = [(_rate(rk), Config(*map(int, k.split(","))), samples / v) for rk, g in sc["grids"].items() for k, v in g.items()]
+    grid_pts = [(_condition(ck), Config(*map(int, k.split(","))), samples / v) for ck, g in sc["grids"].items() for k, v in g.items()]
     static = _measured_static(args.run, sc)
     cfgs = _static_configs(sc)
-    trace_pts = [(r, cfgs[m], statistics.median(v)) for m in cfgs if m in static for r, v in static[m].items()]
-    ddp_pts = [(r, statistics.median(v)) for r, v in static.get("ddp", {}).items()]
+    trace_pts = [(c, cfgs[m], statistics.median(v)) for m in cfgs if m in static for c, v in static[m].items()]
+    ddp_pts = [(c, statistics.median(v)) for c, v in static.get("ddp", {}).items()]
     base = base_params()
     t0 = time.process_time()
-    fitted, info = fit(prof, grid_pts, free=FREE, start=base, n_starts=2)
-    lo = min(rates)
-    fitted_hi, info_hi = fit(prof, [p for p in grid_pts if p[0] != lo], free=FREE, start=base, n_starts=2)
+
+    def fit_on(pts: Sequence[tuple[Cond, Config, float]]) -> tuple[SimParams, dict[str, Any]]:
+        return fit(prof, [(c[0], k, m) for c, k, m in pts], free=FREE, start=base, n_starts=2, arch=arch,
+                   slowdowns=[_slow(c) for c, _, _ in pts])
+
+    fitted, info = fit_on(grid_pts)
+    first = phases[0][1]  # the first phase's condition (the high rate of the paper's Fig. 6; the job alone in Fig. 7)
+    fitted_hi, info_hi = fit_on([p for p in grid_pts if p[0] == first])
     fit_cpu = time.process_time() - t0
 
     def errors(params: SimParams) -> dict[str, Any]:
-        g = [_ape(sim_iter_s(prof, params, r, c), m) for r, c, m in grid_pts]
-        t = [_ape(sim_iter_s(prof, params, r, c), m) for r, c, m in trace_pts]
-        d = [_ape(sim_ddp_iter_s(prof, params, r), m) for r, m in ddp_pts]
+        g = [_ape(it_s(params, c, k), m) for c, k, m in grid_pts]
+        t = [_ape(it_s(params, c, k), m) for c, k, m in trace_pts]
+        d = [_ape(base_s(params, c), m) for c, m in ddp_pts]
         return {"grid_mape": float(np.mean(g)), "trace_static_mape": float(np.mean(t)) if t else None,
                 "ddp_mape": float(np.mean(d)) if d else None, "heldout_mape": float(np.mean(t + d)) if t + d else None,
                 "n_grid": len(g), "n_trace_static": len(t), "n_ddp": len(d),
@@ -288,39 +348,40 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
     err = {"calibration_cnn": errors(base), "fitted_on_grids": errors(fitted)}
     e_hi = errors(fitted_hi)
-    e_hi["grid_low_rate_mape"] = float(np.mean([_ape(sim_iter_s(prof, fitted_hi, r, c), m) for r, c, m in grid_pts if r == lo]))
+    e_hi["grid_low_rate_mape"] = float(np.mean([_ape(it_s(fitted_hi, c, k), m) for c, k, m in grid_pts if c != first]))
     err["fitted_on_high_rate_grid"] = e_hi
     points = []
     for label, pts in (("grid", grid_pts), ("trace", trace_pts)):
-        for r, c, m in pts:
-            points.append({"set": label, "rate_mbit": r, "config": [c.partition_bytes, c.credit_bytes], "measured_s": m,
-                           "sim_calib_s": sim_iter_s(prof, base, r, c), "sim_fitted_s": sim_iter_s(prof, fitted, r, c)})
-    for r, m in ddp_pts:
-        points.append({"set": "ddp", "rate_mbit": r, "config": None, "measured_s": m,
-                       "sim_calib_s": sim_ddp_iter_s(prof, base, r), "sim_fitted_s": sim_ddp_iter_s(prof, fitted, r)})
+        for c, k, m in pts:
+            points.append({"set": label, "rate_mbit": c[0], "slowdown": list(c[1]), "config": [k.partition_bytes, k.credit_bytes],
+                           "measured_s": m, "sim_calib_s": it_s(base, c, k), "sim_fitted_s": it_s(fitted, c, k)})
+    for c, m in ddp_pts:
+        points.append({"set": "ddp", "rate_mbit": c[0], "slowdown": list(c[1]), "config": None, "measured_s": m,
+                       "sim_calib_s": base_s(base, c), "sim_fitted_s": base_s(fitted, c)})
     sims = {"calibration_cnn": simulate_methods(prof, base, sc, grid), "fitted_on_grids": simulate_methods(prof, fitted, sc, grid)}
     # the simulator's time of the very configs the real run chose (its prediction of *these* runs)
     same = {}
     for name, params in (("calibration_cnn", base), ("fitted_on_grids", fitted)):
         oracle = {s: Config(*c) for s, c in sc["configs"]["oracle_phases"]}
         starts = [s for s, _ in sc["configs"]["oracle_phases"]]
-        row = {m: _trace_sps(phases, lambda i, r, c=c: sim_iter_s(prof, params, r, c), samples) for m, c in cfgs.items()}
-        row["oracle"] = _trace_sps(phases, lambda i, r: sim_iter_s(prof, params, r, oracle[starts[i]]), samples)
-        row["ddp"] = _trace_sps(phases, lambda i, r: sim_ddp_iter_s(prof, params, r), samples)
+        row = {m: _trace_sps(phases, lambda i, c, k=k: it_s(params, c, k), samples) for m, k in cfgs.items()}
+        row["oracle"] = _trace_sps(phases, lambda i, c: it_s(params, c, oracle[starts[i]]), samples)
+        row["ddp"] = _trace_sps(phases, lambda i, c: base_s(params, c), samples)
         for m, reps in _tuner_configs(args.run, sc).items():  # a tuner's run: the configs it ran, iteration by iteration
-            cache: dict[tuple[float, Config], float] = {}
+            cache: dict[tuple[Cond, Config], float] = {}
             tp = []
             for its in reps:
                 secs = 0.0
-                for r, c in its:
-                    if (r, c) not in cache:
-                        cache[(r, c)] = sim_iter_s(prof, params, r, c)
-                    secs += cache[(r, c)]
+                for c, k in its:
+                    if (c, k) not in cache:
+                        cache[(c, k)] = it_s(params, c, k)
+                    secs += cache[(c, k)]
                 tp.append(samples * len(its) / secs)
             row[m] = statistics.median(tp)
         same[name] = row
-    res = {"run": args.run, "loadavg_now": loadavg(), "fit": {"params": fitted.to_dict(), "info": info, "params_high_rate_only": fitted_hi.to_dict(),
-                                                          "info_high_rate_only": info_hi, "cpu_s": fit_cpu},
+    res = {"run": args.run, "arch": arch, "loadavg_now": loadavg(),
+           "fit": {"params": fitted.to_dict(), "info": info, "params_high_rate_only": fitted_hi.to_dict(),
+                   "info_high_rate_only": info_hi, "first_condition": sc["phases"][0][1], "cpu_s": fit_cpu},
            "calibration_params": base.to_dict(), "errors": err, "points": points, "simulated_methods": sims,
            "simulated_same_configs": same}
     os.makedirs(out_dir, exist_ok=True)
@@ -346,8 +407,9 @@ def _pct(x: float | None) -> str:
 def compare_md(sc: dict[str, Any], res: dict[str, Any]) -> str:
     meth = sc["methods"]
     ref = {k: meth[k]["median"] for k in ("ddp", "bytescheduler", "bo", "hindsight", "oracle") if k in meth}
-    lines = ["| method | measured samples/s (spread) | vs DDP | vs BS default | vs BO | vs hindsight | vs oracle | "
-             "sim, same configs | sim, its own choices | sim vs DDP | sim vs BO | sim vs oracle |", "|---|" + "---:|" * 11]
+    base = "dist_sync" if res.get("arch") == "ps" else "DDP"
+    lines = [f"| method | measured samples/s (spread) | vs {base} | vs BS default | vs BO | vs hindsight | vs oracle | "
+             f"sim, same configs | sim, its own choices | sim vs {base} | sim vs BO | sim vs oracle |", "|---|" + "---:|" * 11]
     sim_same = res["simulated_same_configs"]["fitted_on_grids"]
     sim_own = res["simulated_methods"]["fitted_on_grids"]["samples_per_s"]
     for m, r in meth.items():
@@ -355,22 +417,26 @@ def compare_md(sc: dict[str, Any], res: dict[str, Any]) -> str:
         s_same = sim_same.get(m)
         s_own = sim_own.get(m)
         sr = [f"{s_own / sim_own[k]:.3f}" if s_own and k in sim_own else "" for k in ("ddp", "bo", "oracle")]
-        lines.append(f"| {m} | {r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f}) | " + " | ".join(ratios)
+        shown = sc.get("baseline", "ddp") if m == "ddp" else m
+        lines.append(f"| {shown} | {r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f}) | " + " | ".join(ratios)
                      + f" | {'' if s_same is None else f'{s_same:.1f}'} | {'' if s_own is None else f'{s_own:.1f}'} | " + " | ".join(sr) + " |")
     e = res["errors"]
     lines += ["", "Simulator iteration-time error (mean absolute percentage error):", "",
-              "| simulator parameters | grid points (fit set) | static trace runs (held out) | DDP trace runs (held out) | all held out | max |",
+              f"| simulator parameters | grid points (fit set) | static trace runs (held out) | {base} trace runs (held out"
+              + (f", simulated as {_c([DIST_SYNC_STAND_IN.partition_bytes, DIST_SYNC_STAND_IN.credit_bytes])}" if base == "dist_sync" else "")
+              + ") | all held out | max |",
               "|---|---:|---:|---:|---:|---:|"]
-    for name, label in (("calibration_cnn", "CNN calibration, not refitted"), ("fitted_on_grids", "fitted on both rates' grids"),
-                        ("fitted_on_high_rate_grid", "fitted on the high rate's grid only")):
+    first = res["fit"].get("first_condition", "the high rate")
+    for name, label in (("calibration_cnn", "CNN calibration, not refitted"), ("fitted_on_grids", "fitted on every condition's grid"),
+                        ("fitted_on_high_rate_grid", f"fitted on the first phase's grid only ({first})")):
         x = e[name]
         lines.append(f"| {label} | {_pct(x['grid_mape'])} ({x['n_grid']}) | {_pct(x['trace_static_mape'])} ({x['n_trace_static']}) | "
                      f"{_pct(x['ddp_mape'])} ({x['n_ddp']}) | {_pct(x['heldout_mape'])} | {_pct(x['max_ape'])} |")
     x = e["fitted_on_high_rate_grid"]
-    lines += ["", f"Fitted on the high rate's grid only, the low rate's grid points (not used to fit) are off by "
+    lines += ["", f"Fitted on the first phase's grid only ({first}), the other conditions' grid points (not used to fit) are off by "
                   f"{100 * x['grid_low_rate_mape']:.1f}% on average.", ""]
     cf = res["simulated_methods"]["fitted_on_grids"]["configs"]
-    lines += ["Simulator's own choices (fitted parameters): oracle " + ", ".join(f"{k} Mbit/s {_c(v)}" for k, v in cf["oracle"].items())
+    lines += ["Simulator's own choices (fitted parameters): oracle " + ", ".join(f"{_label(_condition(k))} {_c(v)}" for k, v in cf["oracle"].items())
               + f"; hindsight {_c(cf['hindsight'])}; BO {_c(cf['bo'])}.", ""]
     return "\n".join(lines) + "\n"
 

@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-from bench_emulated import DIST_SYNC_STAND_IN, fitted_params, sim_ddp_iter_s, sim_iter_s  # noqa: E402
+from bench_emulated import fitted_params, sim_baseline_iter_s, sim_iter_s  # noqa: E402
 
 from autobyte.bench._real import ARCHS, BASELINE, BenchPlan, run_bench  # noqa: E402
 from autobyte.bench.calibrate import SimParams  # noqa: E402
@@ -168,7 +168,7 @@ def simulated(p: Point, configs: dict[str, Config]) -> dict[str, float]:
     prof = Emulation(p.model, COMPUTE_SCALE).scaled_profile()
     params = sim_params(p.arch)
     samples = 2 * prof.batch_size
-    base = sim_ddp_iter_s(prof, params, p.mbit) if p.arch == "allreduce" else sim_iter_s(prof, params, p.mbit, DIST_SYNC_STAND_IN, arch="ps")
+    base = sim_baseline_iter_s(prof, params, p.mbit, p.arch)
     out = {"baseline": samples / base}
     for name, c in configs.items():
         out[name] = samples / sim_iter_s(prof, params, p.mbit, c, arch=p.arch)

@@ -194,19 +194,31 @@ class SimParams:
         """Simulated link rate for a shaped rate: TCP/gloo goodput (``efficiency``) in series with a per-byte CPU cost (``cap_Bps``)."""
         return 1.0 / (1.0 / (self.efficiency * rate_mbit * 1e6 / 8) + 1.0 / self.cap_Bps)
 
-    def cluster(self, rate_mbit: float, n_workers: int = 2, *, arch: str = "allreduce") -> Any:
+    def cluster(self, rate_mbit: float, n_workers: int = 2, *, arch: str = "allreduce",
+                slowdown: Sequence[float] | None = None) -> Any:
         """The calibrated :class:`autobyte.sim.Cluster` for links shaped at ``rate_mbit`` (jitter off).
 
         ``update_Bps`` is the rate of the optimizer's update wherever it runs: on
         the workers for ``arch="allreduce"``, on the servers (their
         ``ps_aggregate_Bps``: sum of the pushes + update) for ``arch="ps"``.
+        ``slowdown``: one factor per worker by which its compute is slower
+        (another job sharing its accelerator); ``None``: none is.
+
+        Raises:
+            ValueError: ``slowdown`` not ``n_workers`` factors >= 1.
         """
         from ..sim import Cluster
 
+        scale: Any = self.compute_scale
+        if slowdown is not None:
+            f = [float(x) for x in slowdown]
+            if len(f) != n_workers or not all(x >= 1.0 for x in f):
+                raise ValueError(f"slowdown must be {n_workers} factors >= 1 (one per worker), but got slowdown={list(slowdown)!r}.")
+            scale = [self.compute_scale * x for x in f]
         bw = self.link_Bps(rate_mbit)
         extra = {"ps_aggregate_Bps": self.update_Bps} if arch == "ps" else {}
         return Cluster(n_workers, arch, bw_up_Bps=bw, bw_down_Bps=bw, latency_s=self.latency_s,
-                       per_message_s=self.per_message_s, compute_scale=self.compute_scale, jitter=0.0,
+                       per_message_s=self.per_message_s, compute_scale=scale, jitter=0.0,
                        update_Bps=self.update_Bps, contention=self.contention, **extra)
 
     def to_dict(self) -> dict[str, float]:
@@ -245,11 +257,14 @@ def model_profile(profile: dict[str, Any], *, name: str = "cnn-3.4M") -> Any:
 
 
 def simulate_iter_s(model: Any, params: SimParams, rate_mbit: float, config: Config, *, n_iters: int = 3,
-                    arch: str = "allreduce") -> float:
-    """Steady-state simulated iteration time (seconds) of 2 workers at ``rate_mbit`` under ``config`` (``arch``: ``"allreduce"`` or ``"ps"``)."""
+                    arch: str = "allreduce", slowdown: Sequence[float] | None = None) -> float:
+    """Steady-state simulated iteration time (seconds) of 2 workers at ``rate_mbit`` under ``config``.
+
+    ``arch``: ``"allreduce"`` or ``"ps"``; ``slowdown``: each worker's compute slow-down (:meth:`SimParams.cluster`).
+    """
     from ..sim import simulate
 
-    r = simulate(model, params.cluster(rate_mbit, arch=arch), config, n_iters=n_iters, warmup_iters=2)
+    r = simulate(model, params.cluster(rate_mbit, arch=arch, slowdown=slowdown), config, n_iters=n_iters, warmup_iters=2)
     return float(np.mean(r.iter_time_s))
 
 
@@ -262,16 +277,19 @@ def fit(
     n_starts: int = 3,
     seed: int = 0,
     arch: str = "allreduce",
+    slowdowns: Sequence[Sequence[float] | None] | None = None,
 ) -> tuple[SimParams, dict[str, Any]]:
     """Least squares on ``log(sim) - log(measured)`` over ``points`` ``(rate_mbit, config, iter_s)``.
 
     Parameters are fitted in log space within :data:`PARAMS`' bounds, from
     ``start`` and ``n_starts - 1`` seeded random starts; the best is kept.
     ``arch`` is the architecture simulated (``"allreduce"`` or ``"ps"``, see
-    :meth:`SimParams.cluster`).
+    :meth:`SimParams.cluster`); ``slowdowns``, one per point, each worker's
+    compute slow-down at that point (``None``: none anywhere).
 
     Raises:
-        ValueError: no point, an unknown parameter in ``free``, an unknown ``arch``.
+        ValueError: no point, an unknown parameter in ``free``, an unknown ``arch``,
+            ``slowdowns`` not one per point.
     """
     from scipy.optimize import least_squares
 
@@ -279,6 +297,9 @@ def fit(
         raise ValueError("points must hold at least one (rate_mbit, config, iter_s), but got none.")
     if arch not in ARCHITECTURES:
         raise ValueError(f"arch must be one of {ARCHITECTURES}, but got arch={arch!r}.")
+    slows = list(slowdowns) if slowdowns is not None else [None] * len(points)
+    if len(slows) != len(points):
+        raise ValueError(f"slowdowns must hold one entry per point ({len(points)}), but got {len(slows)}.")
     unknown = [p for p in free if p not in PARAMS]
     if unknown:
         raise ValueError(f"free must name parameters of {tuple(PARAMS)}, but got {unknown}.")
@@ -295,7 +316,7 @@ def fit(
 
     def resid(x: np.ndarray) -> np.ndarray:
         p = make(x)
-        return np.log([simulate_iter_s(model, p, r, c, arch=arch) for r, c, _ in points]) - y
+        return np.log([simulate_iter_s(model, p, r, c, arch=arch, slowdown=sl) for (r, c, _), sl in zip(points, slows)]) - y
 
     rng = np.random.default_rng(seed)
     x0s = [np.clip(np.log([getattr(base, p) for p in free]), lo + 1e-9, hi - 1e-9)]

@@ -77,3 +77,30 @@ def test_calibrated_ps_cluster_updates_on_the_servers_and_fit_checks_arch():
 def test_compare_points_a_ps_run_to_compare_ps(bench, tmp_path):
     with pytest.raises(ValueError, match=r"run_dir must be an 'autobyte bench --suite' output .*ps_emu80'.*use compare-ps"):
         bench.main(["compare", str(RUN1), "--out", str(tmp_path)])
+
+
+def test_condition_keys_give_the_rate_and_each_workers_slowdown(bench):
+    assert bench._condition("1000mbit") == (1000.0, (1.0, 1.0))
+    assert bench._condition("800mbit-slow2") == (800.0, (1.0, 2.0))  # rank 1 alone: the key of the full suite's straggler
+    assert bench._condition("667mbit-slow3-r01") == (667.0, (3.0, 3.0))  # jobs joining every worker (Fig. 7)
+    assert bench._slow((1000.0, (1.0, 1.0))) is None and bench._slow((667.0, (3.0, 3.0))) == [3.0, 3.0]
+    for key in ("600mbit-flow", "2000mbit-up1_250"):
+        with pytest.raises(ValueError, match=rf"the simulator has no competing flow or asymmetric link\), but got condition='{key}'\."):
+            bench._condition(key)
+
+
+def test_a_slowed_worker_slows_the_simulated_iteration_and_bad_slowdowns_are_refused():
+    from autobyte.bench.calibrate import SimParams, fit, simulate_iter_s
+    from autobyte.bench.emulation import Emulation
+    from autobyte.core import Config
+
+    p = SimParams(compute_scale=1.5)
+    assert list(p.cluster(1000, slowdown=[1.0, 2.0]).compute_scale) == [1.5, 3.0]
+    prof = Emulation("emu:resnet50", 10.0, 64).scaled_profile()
+    cfg = Config(4 << 20, 16 << 20)
+    alone, one, both = (simulate_iter_s(prof, p, 2000, cfg, arch="ps", slowdown=s) for s in (None, [1.0, 2.0], [2.0, 2.0]))
+    assert alone < one <= both * 1.001 and both > 1.8 * alone, (alone, one, both)  # compute-bound: about twice as long
+    with pytest.raises(ValueError, match=r"slowdown must be 2 factors >= 1 \(one per worker\), but got slowdown=\[2.0\]\."):
+        p.cluster(1000, slowdown=[2.0])
+    with pytest.raises(ValueError, match=r"slowdowns must hold one entry per point \(1\), but got 2\."):
+        fit(prof, [(1000.0, cfg, 1.0)], slowdowns=[None, [2.0, 2.0]])
