@@ -276,12 +276,14 @@ def tune_block(name: str, opts: dict[str, Any], dev: Any, data: list[Any], loss_
     """
     import torch
 
+    from autobyte.bench._rank_plan import decision_row
     from autobyte.integrations.torch import schedule
 
     torch.manual_seed(0)
     model = resnet50(opts["width"], opts["classes"]).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    h = schedule(model, opt, tuner=name, verbose=False)
+    windows: list[dict[str, Any]] = []  # every check: the config in force, the speed seen, the decision with its whole reason
+    h = schedule(model, opt, tuner=name, verbose=False, on_decision=lambda out: windows.append(decision_row(out)))
     start = h.config.to_dict()
     n_chunks = max(1, int(opts["tune_iters"]) // chunk)
     run({"opt": opt, "net": model, "finish": lambda: None}, 0)  # the barrier: both ranks start together
@@ -308,7 +310,7 @@ def tune_block(name: str, opts: dict[str, Any], dev: Any, data: list[Any], loss_
     return {"tuner": name, "start": start, "final": state["config"], "iterations": n_chunks * chunk, "chunk_iters": chunk,
             "seconds": times, "samples_per_s": [chunk * samples_per_iter / t for t in times],
             "ddp_after_samples_per_s": chunk * samples_per_iter / ddp_after,
-            "reconfigurations": state.get("reconfigurations", []), "host_ms_per_iter": host}
+            "reconfigurations": state.get("reconfigurations", []), "windows": windows, "host_ms_per_iter": host}
 
 
 # ------------------------------------------------------------------ the launcher
@@ -428,9 +430,9 @@ def markdown(s: dict[str, Any]) -> str:
             lines.append("")
             lines.append(f"**{t['tuner']}** per chunk of {t['chunk_iters']} iterations vs DDP: "
                          + " ".join(f"{v:.2f}" for v in t["ratio_vs_ddp_per_chunk"]))
-            for r in t["reconfigurations"]:
-                lines.append(f"- iteration {r['iteration']}: -> <{_fmt_bytes(int(r['new']['partition_bytes']))}, "
-                             f"{r['new']['credit_bytes'] / r['new']['partition_bytes']:.3g}X>: {r['reason'][:300]}")
+            for r in t.get("windows", []):  # rank 0's decisions with their whole reasons
+                if "reason" in r:
+                    lines.append(f"- iteration {r['iteration']}: {r['reason']}")
         lines.append("")
     if s["profiles"]:
         lines += [f"## Profile (rank 0, torch.profiler, {s['profile_iters']} iterations; "

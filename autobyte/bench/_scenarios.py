@@ -161,6 +161,10 @@ class Scenario:
         if not phases or not all(isinstance(p, Phase) for p in phases):
             raise ValueError(f"phases must be a non-empty list of Phase, but got phases={self.phases!r}.")
         object.__setattr__(self, "phases", phases)
+        if self.arch == "ps" and not is_emulated(self.model) and any(ph.condition.slowdown > 1.0 for ph in phases):
+            raise ValueError("a slowed worker on the parameter server needs an emulated model (MXNet runs backward "
+                             "asynchronously, so the real CNN's host sleep would overlap it and slow the worker by less "
+                             f"than asked), but got model={self.model!r} with a slowdown.")
 
     @property
     def iters(self) -> int:

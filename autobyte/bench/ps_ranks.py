@@ -26,7 +26,12 @@ parameter server's baseline:
   learn that a gradient is ready).
 - ``iters``, ``batch_size``, ``seed``, ``slowdown`` as in ``allreduce_ranks``
   (with ``emu:NAME``, ``batch_size`` is the profile's batch, ``None`` for
-  the zoo's, and the samples counted are the emulation's batch).
+  the zoo's, and the samples counted are the emulation's batch; a slowed
+  emulated worker's layers sleep ``factor`` times longer, in forward and in
+  the asynchronous backward alike. With the real CNN the slowdown is a host
+  sleep before the iteration, which MXNet's asynchronous backward of the
+  previous iteration partly overlaps: it slows the worker by less than
+  ``factor``, so suite scenarios refuse it on the parameter server).
 - ``overlap`` (default true): the scheduled engine's ``step`` returns before
   its messages are done, each layer's next forward waiting for its own
   update (false: ``step`` waits for every message, the engine before issue 9).
@@ -68,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     net, batches, loss_fn = _model(mx, gluon, spec, model_name, bs, rank)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kv)
     slow = {(int(a), int(b)): float(f) for a, b, r, f in spec.get("slowdown", []) if int(r) == rank}
-    compute_s = float(spec.get("compute_s") or 0.0) or (_compute_time(net, batches, loss_fn, autograd) if slow else 0.0)
+    emulated = hasattr(net, "time_factor")
+    compute_s = 0.0 if emulated else float(spec.get("compute_s") or 0.0) or (_compute_time(net, batches, loss_fn, autograd) if slow else 0.0)
     method = spec["method"]
     decisions: list[dict[str, Any]] = []
     engine: Any = None
@@ -127,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
         start_t = time.perf_counter()
         x, y = batches[it % len(batches)]
         factor = next((f for (a, b), f in slow.items() if a <= it < b), 1.0)
-        if factor > 1.0:
+        if hasattr(net, "time_factor"):  # emulated: every layer's forward and backward sleep factor times longer
+            net.time_factor = factor
+        elif factor > 1.0:
             time.sleep((factor - 1.0) * compute_s)
         if engine is not None:
             engine.begin_iteration()
@@ -270,11 +278,14 @@ def _EmulatedNet(mx: Any, gluon: Any, emu: Any) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.ws = [self.params.get(f"layer{i}", shape=(n,)) for i, n in enumerate(sizes)]
+            #: the worker's compute slow-down (another job on its accelerator): every sleep is this many times longer
+            self.time_factor = 1.0
 
         def forward(self, x: Any) -> Any:
             h = x
+            f = self.time_factor
             for i, w in enumerate(self.ws):
-                h = mx.nd.Custom(h, w.data(), op_type="autobyte_emulated_layer", forward_s=fwd[i], backward_s=bwd[i])
+                h = mx.nd.Custom(h, w.data(), op_type="autobyte_emulated_layer", forward_s=fwd[i] * f, backward_s=bwd[i] * f)
             return h
 
     return EmulatedNet()

@@ -104,3 +104,37 @@ def test_the_emulated_ps_model_gives_one_loss_per_sample_as_the_handler_counts_t
     assert res.returncode == 0, res.stderr[-3000:]
     bs, shape, counted = json.loads(res.stdout.strip().splitlines()[-1])
     assert bs > 1 and shape == [bs] and counted == bs, res.stdout
+
+
+def test_a_slowed_emulated_worker_sleeps_every_layer_longer_backward_included():
+    """The slowdown scales each emulated layer's sleeps (a host sleep before the iteration would overlap MXNet's
+    asynchronous backward of the previous one and slow the worker by less than asked)."""
+    import time
+
+    mx = pytest.importorskip("mxnet")
+    from mxnet import autograd, gluon
+
+    from autobyte.bench import ps_ranks
+    from autobyte.bench.emulation import Emulation
+
+    spec = {"model": "emu:densenet121", "compute_scale": 2.0, "batch_size": 32}
+    net, batches, loss_fn = ps_ranks._model(mx, gluon, spec, "emu:densenet121", 32, 0)
+    emu = Emulation("emu:densenet121", 2.0, 32)
+
+    def step() -> float:  # forward and backward until every gradient is written
+        x, y = batches[0]
+        t0 = time.perf_counter()
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        for prm in net.collect_params().values():
+            prm.grad().wait_to_read()
+        return time.perf_counter() - t0
+
+    step()
+    base = min(step() for _ in range(2))
+    net.time_factor = 2.0
+    slow = min(step() for _ in range(2))
+    # the custom operators' own cost (121 layers, a Python callback each) comes on top of the sleeps, alike at both factors:
+    # the slowed step is longer by about one more emulated compute
+    assert base >= 0.95 * emu.compute_s and slow - base >= 0.8 * emu.compute_s, (emu.compute_s, base, slow)

@@ -52,6 +52,8 @@ def test_condition_rejects_bad_values(kw, match):
     ({"batch_size": 0}, "batch_size must be a positive integer, but got batch_size=0"),
     ({"phases": ()}, r"phases must be a non-empty list of Phase, but got phases=\(\)"),
     ({"arch": "ring"}, r"arch must be one of \('allreduce', 'ps'\), but got arch='ring'\."),
+    ({"model": "cnn", "arch": "ps", "phases": (Phase(5, Condition(800, slowdown=2.0)),)},
+     r"a slowed worker on the parameter server needs an emulated model .* but got model='cnn' with a slowdown\."),
     ({"model": "transformer", "arch": "ps"},
      r"model must be 'cnn' or 'emu:NAME' with arch='ps' \(the parameter-server runner's models\), but got model='transformer'\."),
 ])
