@@ -138,3 +138,16 @@ def test_a_slowed_emulated_worker_sleeps_every_layer_longer_backward_included():
     # the custom operators' own cost (121 layers, a Python callback each) comes on top of the sleeps, alike at both factors:
     # the slowed step is longer by about one more emulated compute
     assert base >= 0.95 * emu.compute_s and slow - base >= 0.8 * emu.compute_s, (emu.compute_s, base, slow)
+
+
+def test_a_sweep_measures_no_config_on_the_jobs_first_iterations():
+    # the first iteration after the start is short (the start's set-up is timed in iteration 0): a sweep
+    # starts every config's warm-up after a start iteration, so the first config is not measured on it
+    from autobyte.bench._rank_plan import START_ITERS, iteration_plan
+
+    spec = {"method": "sweep", "configs": [[1 << 20, 1 << 20], [4 << 20, 16 << 20]], "iters_per_config": 3, "warmup": 1}
+    n, switch, sweep = iteration_plan(spec)
+    assert START_ITERS == 1 and n == 1 + 2 * 4
+    assert [first for first, _ in sweep] == [1, 5] and switch == dict(sweep)
+    # measured: iterations first + warmup .. first + per - 1, i.e. 2-4 and 6-8: never iteration 1
+    assert [list(range(f + 1, f + 4)) for f, _ in sweep] == [[2, 3, 4], [6, 7, 8]]
