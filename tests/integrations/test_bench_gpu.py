@@ -35,7 +35,7 @@ def test_resnet50_has_the_real_structure(bench):
 def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, str(_PATH), "--out", str(tmp_path), "--rounds", "2", "--iters", "2", "--profile-iters", "1",
-           "--grid", "2M:4,512K:2", "--tune-iters", "12"]
+           "--grid", "2M:4,512K:2", "--tune-iters", "24"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     s = json.loads((tmp_path / "bench_gpu.json").read_text())
@@ -61,13 +61,13 @@ def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
     if s["profile_all_threads"]:  # the engine's update runs on its completer thread
         assert s["profiles"][bench_names()[0]]["per_iteration"]["optimizer_steps"] == 1.0
     (t,) = s["tuned"]  # the tuner's own continuous run, from ByteScheduler's default, in chunks of --iters
-    assert t["tuner"] == "autobyte" and t["iterations"] == 12 and len(t["seconds"]) == 6 and t["chunk_iters"] == 2
+    assert t["tuner"] == "autobyte" and t["iterations"] == 24 and len(t["seconds"]) == 12 and t["chunk_iters"] == 2
     assert t["start"] == {"partition_bytes": 4_000_000, "credit_bytes": 16_000_000} and t["ddp_after_samples_per_s"] > 0
     assert set(t["ratio_vs"]) == {"DDP", "ByteScheduler's default", "DDP's point", "best of grid"}
     assert all(v["whole_run"] > 0 and v["second_half"] > 0 for v in t["ratio_vs"].values())
     assert t["windows"] and all(w["observed_speed"] is None or w["observed_speed"] > 0 for w in t["windows"]), t["windows"]
     md = (tmp_path / "bench_gpu.md").read_text()
-    assert "## Tuners" in md and "| autobyte | 12 |" in md
+    assert "## Tuners" in md and "| autobyte | 24 |" in md
     assert "**CPU fallback**" in md and "not GPU figures" in md and "| DDP (bucket_cap_mb=25) | " in md
     assert "load average" in md and proc.stdout.startswith("# bench_gpu")
 
