@@ -155,10 +155,6 @@ def _read_run(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return summary, sc
 
 
-def _rate(key: str) -> float:
-    return float(key.split("mbit")[0])
-
-
 #: A suite condition as the simulator runs it: the link rate (Mbit/s) and each worker's compute slow-down.
 Cond = tuple[float, tuple[float, ...]]
 
@@ -193,7 +189,7 @@ def _trace_conds(sc: dict[str, Any]) -> list[tuple[int, Cond]]:
     return [(int(n), _condition(k)) for n, k in sc["phases"]]
 
 
-def _settled_medians(records: Iterable[tuple[str, int, float, int, float]]) -> dict[str, dict[float, list[float]]]:
+def _settled_medians(records: Iterable[tuple[str, int, Any, int, float]]) -> dict[str, dict[Any, list[float]]]:
     """Per method and rate: each repeat's median iteration time over the settled iterations of that rate's phases.
 
     ``records`` are ``(method, repeat, rate_mbit, iterations since its phase began, seconds)``; the first
@@ -209,7 +205,7 @@ def _settled_medians(records: Iterable[tuple[str, int, float, int, float]]) -> d
     return out
 
 
-def _measured_static(run_dir: str, sc: dict[str, Any]) -> dict[str, dict[float, list[float]]]:
+def _measured_static(run_dir: str, sc: dict[str, Any]) -> dict[str, dict[Cond, list[float]]]:
     """:func:`_settled_medians` of a suite scenario's ``iterations.csv`` (phases from the scenario's trace)."""
     import csv
 

@@ -378,13 +378,14 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
            "DDP's point": point, **({"best of grid": best} if best else {})}
     for t in raw.get("tuned", []):
         sps = t["samples_per_s"]
-        whole = len(sps) * t["chunk_iters"] / sum(t["seconds"])  # iterations/s over the whole run
-        whole_sps = whole * (sps[0] * t["seconds"][0] / t["chunk_iters"])  # x samples per iteration
-        late = sps[len(sps) // 2:]
-        t["ratio_vs"] = {k: {"whole_run": whole_sps / m["median_samples_per_s"], "second_half": statistics.median(late) / m["median_samples_per_s"]}
-                         for k, m in ref.items()}
-        t["ratio_vs_ddp_after"] = {"whole_run": whole_sps / t["ddp_after_samples_per_s"],
-                                   "second_half": statistics.median(late) / t["ddp_after_samples_per_s"]}
+        whole_sps = sum(v * sec for v, sec in zip(sps, t["seconds"])) / sum(t["seconds"])  # samples over the whole run / its time
+        late = statistics.median(sps[len(sps) // 2:])
+
+        def against(x: float) -> dict[str, float]:
+            return {"whole_run": whole_sps / x, "second_half": late / x}
+
+        t["ratio_vs"] = {k: against(m["median_samples_per_s"]) for k, m in ref.items()}
+        t["ratio_vs_ddp_after"] = against(t["ddp_after_samples_per_s"])
         t["ratio_vs_ddp_per_chunk"] = [v / ddp["median_samples_per_s"] for v in sps]
     return {**meta, **raw, "best_grid": best["name"] if best else None, "overhead": overhead}
 

@@ -235,13 +235,12 @@ class Scenario:
 
     def slowdown(self) -> list[list[Any]]:
         """The rank script's ``slowdown`` spec: ``[[first, end, rank, factor], ...]``."""
-        return [[s, s + p.iters, r, p.condition.slowdown] for s, p in zip(self.starts(), self.phases)
-                if p.condition.slowdown > 1.0 for r in p.condition.slow_ranks]
+        return [e for s, p in zip(self.starts(), self.phases) for e in condition_slowdown(p.condition, s, s + p.iters)]
 
 
-def condition_slowdown(c: Condition) -> list[list[Any]]:
-    """The rank script's ``slowdown`` spec that holds condition ``c``'s slowdown for a whole run."""
-    return [[0, 10**9, r, c.slowdown] for r in c.slow_ranks] if c.slowdown > 1.0 else []
+def condition_slowdown(c: Condition, first: int = 0, end: int = 10**9) -> list[list[Any]]:
+    """The rank script's ``slowdown`` spec of condition ``c`` held during iterations ``first <= k < end`` (default: a whole run)."""
+    return [[first, end, r, c.slowdown] for r in c.slow_ranks] if c.slowdown > 1.0 else []
 
 
 def condition_trace(c: Condition) -> Any:

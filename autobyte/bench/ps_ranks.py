@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         start_t = time.perf_counter()
         x, y = batches[it % len(batches)]
         factor = next((f for (a, b), f in slow.items() if a <= it < b), 1.0)
-        if hasattr(net, "time_factor"):  # emulated: every layer's forward and backward sleep factor times longer
+        if emulated:  # every layer's forward and backward sleep factor times longer
             net.time_factor = factor
         elif factor > 1.0:
             time.sleep((factor - 1.0) * compute_s)
