@@ -75,3 +75,5 @@ register_tuner("autobyte-time-payoff", _variant(time_units=True, payoff=True))
 # a trip of the guard goes to the fastest configuration measured in these conditions when it beat the start (stop 25)
 register_tuner("autobyte-refuge", _with(_variant(), refuge=True))
 register_tuner("autobyte-time-refuge", _with(_variant(time_units=True), refuge=True))
+# 2026-11-26 (stop 27): the simulator, built from the job's own windows, predicts instead of the meta-network
+register_tuner("autobyte-sim", _variant(predictor="simulator"))

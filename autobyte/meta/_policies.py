@@ -158,11 +158,17 @@ class Scorer:
         prior: weight of the prior slope 1, in squared log ratio (0.05: about one
             measured prediction of a 22% change).
         min_slope: the lowest slope (0.25).
+        predictor: where the log ratios come from: ``None``, the network;
+            a :class:`~autobyte.meta._simscore.SimPredictor`, the simulator
+            built from the window (the network still encodes the job, for
+            the learner). Calibration and the error model are the same for both.
     """
 
     def __init__(self, net: MetaNetwork, space: SearchSpace, *, sigma0: float = 0.08, sigma_min: float = 0.02,
-                 equivalent: bool = True, calibrate: bool = True, prior: float = 0.05, min_slope: float = 0.25) -> None:
+                 equivalent: bool = True, calibrate: bool = True, prior: float = 0.05, min_slope: float = 0.25,
+                 predictor: Any = None) -> None:
         self.net = net
+        self.predictor = predictor
         self.space = space
         self.cands = space.to_array()
         self.sigma0 = _check_range("sigma0", sigma0, 1e-3, 2.0)
@@ -175,27 +181,35 @@ class Scorer:
         self.min_slope = _check_range("min_slope", min_slope, 0.0, 1.0)
         self.equivalence = Equivalence(space, equivalent)
 
-    def score(self, obs_config: Config, speed: float, features: Any) -> Scores:
+    def score(self, obs_config: Config, speed: float, features: Any, *, changed: bool = False) -> Scores:
         """Score every candidate for a window of ``obs_config`` at ``speed``.
 
+        ``changed``: the conditions changed before this window (a simulator
+        predictor simulates them anew).
+
         Raises:
-            ValueError: the features or the network's output are not finite.
+            ValueError: the features or the predictor's output are not finite, or
+                the simulator predictor cannot simulate the window.
         """
         job = featurize(features, obs_config, speed)
         emb = self.net.encode(job)
-        logr = self.net.head_predict(emb, candidate_features(job.layer_bytes, self.cands, obs_config))
         eq = self.equivalence
         eq.update(job.layer_bytes)
         n = eq.n_classes
-        logr = (np.bincount(eq.ids, logr, n) / np.bincount(eq.ids, minlength=n))[eq.ids]  # one prediction per schedule
         here = eq.of(obs_config)
-        if here < n:  # a class of the space: its (shared) prediction, so the whole class anchors at the observed speed
-            base = float(logr[int(np.argmax(eq.ids == here))])
+        if self.predictor is not None:
+            logr = self.predictor.log_speeds(features, eq.ids, refresh=changed)
+            base = float(logr[int(np.argmax(eq.ids == here))]) if here < n else self.predictor.log_speed(obs_config)
         else:
-            own = np.array([[obs_config.partition_bytes, obs_config.credit_bytes]], dtype=np.float64)
-            base = float(self.net.head_predict(emb, candidate_features(job.layer_bytes, own, obs_config))[0])
+            logr = self.net.head_predict(emb, candidate_features(job.layer_bytes, self.cands, obs_config))
+            logr = (np.bincount(eq.ids, logr, n) / np.bincount(eq.ids, minlength=n))[eq.ids]  # one prediction per schedule
+            if here < n:  # a class of the space: its (shared) prediction, so the whole class anchors at the observed speed
+                base = float(logr[int(np.argmax(eq.ids == here))])
+            else:
+                own = np.array([[obs_config.partition_bytes, obs_config.credit_bytes]], dtype=np.float64)
+                base = float(self.net.head_predict(emb, candidate_features(job.layer_bytes, own, obs_config))[0])
         if not (np.all(np.isfinite(logr)) and np.all(np.isfinite(emb)) and math.isfinite(base)):
-            raise ValueError("the meta-network produced NaN or inf")
+            raise ValueError("the predictor produced NaN or inf")
         raw = logr - base
         pred = speed * np.exp(self.slope() * raw)
         return Scores(pred, job, emb, raw)

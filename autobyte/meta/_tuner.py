@@ -16,10 +16,13 @@ from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuning import Decision, Observation, Tuner
 
 from ._network import MetaNetwork, _Head
+from ._simscore import SimPredictor
 from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Payoff, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
 
 _log = logging.getLogger("autobyte.meta")
 
+#: Where the tuner's predictions come from (``AutoByteTuner(predictor=...)``).
+PREDICTORS = ("network", "simulator")
 #: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
 _ENV = [5, 6, 7, 8, 9, 10, 11]
 #: Their names, for the log.
@@ -263,6 +266,11 @@ class AutoByteTuner(Tuner):
             iterations' worth of time (:class:`~autobyte.meta._policies.Explorer`):
             a candidate that may run 10x slower costs 9 iterations per
             iteration, not log 10 = 2.3; ``False`` (default): in log speed ratios.
+        predictor: ``"network"`` (default): the meta-network predicts every
+            candidate's speed ratio, and adapts online; ``"simulator"``: the
+            simulator, built from the window's own statistics, predicts them
+            (:class:`~autobyte.meta._simscore.SimPredictor`; simulated once per
+            regime; the head is not adapted, nothing reads it).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -303,7 +311,11 @@ class AutoByteTuner(Tuner):
         debias: bool = False,
         payoff: bool = False,
         time_units: bool = False,
+        predictor: str = "network",
     ) -> None:
+        if predictor not in PREDICTORS:
+            raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
+        self.predictor = predictor
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
         if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
@@ -325,7 +337,9 @@ class AutoByteTuner(Tuner):
             _check_range("short_horizon_iters", short_horizon_iters, 0, 1e9)
         self.short_horizon_iters = short_horizon_iters
         self.aborter = None if abort_margin is None else Aborter(_check_range("abort_margin", abort_margin, 1e-3, 0.9))
-        self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background, enabled=adapt)
+        # the head is what adaptation fits; with the simulator predicting, nothing reads it
+        self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background,
+                               enabled=adapt and predictor == "network")
         self.enabled = bool(enabled)
         self.explore = bool(explore)
         self.remember = bool(remember)
@@ -357,7 +371,8 @@ class AutoByteTuner(Tuner):
         super().start(space, initial)
         if len(space) == 1:
             warnings.warn("autobyte: the search space has one candidate; AutoByte has nothing to tune.", stacklevel=2)
-        self.scorer = Scorer(self.net, space, equivalent=self.equivalent, calibrate=self.calibrate)
+        sim = SimPredictor(space) if self.predictor == "simulator" else None
+        self.scorer = Scorer(self.net, space, equivalent=self.equivalent, calibrate=self.calibrate, predictor=sim)
         self._reset()
         return initial
 
@@ -427,7 +442,7 @@ class AutoByteTuner(Tuner):
             warnings.warn(f"autobyte: window at iteration {obs.iteration} has speed {obs.speed!r}; keeping {obs.config}.", stacklevel=4)
             return None
         try:
-            sc = self.scorer.score(obs.config, obs.speed, obs.features)
+            sc = self.scorer.score(obs.config, obs.speed, obs.features, changed=obs.regime_changed)
         except (ValueError, FloatingPointError) as exc:
             warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=4)
             return None
