@@ -127,7 +127,7 @@ class Scores:
 
 
 class Scorer:
-    """Predicted speed of every candidate, from the meta-network, anchored on what was observed.
+    """Predicted speed of every candidate, from the meta-network (or the simulator), anchored on what was observed.
 
     The network predicts ``log(speed(candidate) / speed(current))``; the
     prediction for the configuration in force is made equal to the observed
@@ -198,7 +198,7 @@ class Scorer:
         n = eq.n_classes
         here = eq.of(obs_config)
         if self.predictor is not None:
-            logr = self.predictor.log_speeds(features, eq.ids, refresh=changed)
+            logr = self.predictor.log_speeds(features, obs_config, eq.ids, refresh=changed)
             base = float(logr[int(np.argmax(eq.ids == here))]) if here < n else self.predictor.log_speed(obs_config)
         else:
             logr = self.net.head_predict(emb, candidate_features(job.layer_bytes, self.cands, obs_config))
@@ -266,9 +266,14 @@ class Scorer:
         return max(self.sigma_min, math.sqrt(sum(sq) / len(sq)))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"errors": list(self.errors), "pairs": [list(p) for p in self.pairs], "trials": list(self.trials)}
+        out: dict[str, Any] = {"errors": list(self.errors), "pairs": [list(p) for p in self.pairs], "trials": list(self.trials)}
+        if self.predictor is not None:
+            out["predictor"] = self.predictor.state_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.predictor is not None:
+            self.predictor.load_state_dict(state.get("predictor", {}))
         if "errors" in state:
             self.errors.clear()
             self.errors.extend(float(e) for e in state["errors"])

@@ -10,7 +10,8 @@ predicts the *ratio* of two configurations' speeds on the same real rows
 :class:`~autobyte.meta._policies.Scorer` that ratio in place of the
 network's: one simulation per schedule class, once per regime (the tuner
 asks again when the conditions change), so a decision inside a regime
-costs no simulation at all.
+costs no simulation at all, and conditions seen before (an alternating link)
+reuse their simulation.
 
 Assumptions, beside the simulator's own (docs/simulator.md): the link runs at
 the slowest rate a worker achieved in the window (a lower bound of the link
@@ -37,92 +38,167 @@ DEFAULT_PER_MESSAGE_S = 1e-3
 class SimPredictor:
     """Log speed of every candidate, simulated from one window's :class:`~autobyte.core.metrics.RuntimeFeatures`.
 
+    Conditions are those of the window given with ``refresh`` (the first of a
+    regime). A simulation is kept for each of the last ``memory`` conditions;
+    new conditions within ``match`` (relative) of kept ones on every worker's
+    compute time and on the link rate reuse theirs.
+
     Args:
         space: the candidates.
         per_message_s: serial cost of one message in the simulated cluster
             (:data:`DEFAULT_PER_MESSAGE_S`; in [0, 1]).
         n_iters: simulated iterations per candidate after one warm-up (1).
+        match: conditions this close are the same (0.10; in [0, 1]).
+        memory: conditions kept (8).
 
     Raises:
         ValueError: an argument out of range.
     """
 
-    def __init__(self, space: SearchSpace, *, per_message_s: float = DEFAULT_PER_MESSAGE_S, n_iters: int = 1) -> None:
+    _ARRAYS = ("layer_bytes", "layer_time_s", "forward_s", "bw_up_Bps", "bw_down_Bps", "speed")
+
+    def __init__(self, space: SearchSpace, *, per_message_s: float = DEFAULT_PER_MESSAGE_S, n_iters: int = 1,
+                 match: float = 0.10, memory: int = 8) -> None:
         if isinstance(per_message_s, bool) or not isinstance(per_message_s, (int, float)) or not (0 <= per_message_s <= 1):
             raise ValueError(f"per_message_s must be a number of seconds in [0, 1], but got per_message_s={per_message_s!r}.")
-        if isinstance(n_iters, bool) or not isinstance(n_iters, int) or n_iters < 1:
-            raise ValueError(f"n_iters must be a positive integer, but got n_iters={n_iters!r}.")
+        for name, v in (("n_iters", n_iters), ("memory", memory)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, but got {name}={v!r}.")
+        if isinstance(match, bool) or not isinstance(match, (int, float)) or not (0 <= match <= 1):
+            raise ValueError(f"match must be a number in [0, 1], but got match={match!r}.")
         self.space = space
         self.per_message_s = float(per_message_s)
         self.n_iters = n_iters
-        self._cache: np.ndarray | None = None  # log samples/s per class of the last simulation
-        self._ids: np.ndarray | None = None
-        self._sim: tuple[Any, Any] | None = None  # (model, cluster) of the last simulation
+        self.match = float(match)
+        self.memory = memory
+        # conditions simulated, most recent last: [features, configuration measured, class ids, log samples/s per class, (model, cluster)]
+        self._kept: list[list[Any]] = []
         self._extra: dict[Config, float] = {}
+        self.forward_share = 1.0  # share of the measured forward time found to be compute, last simulation
         self.n_runs = 0
         self.last_s = 0.0
         self.total_s = 0.0
 
-    def _build(self, features: Any) -> tuple[Any, Any]:
-        from autobyte.sim import Cluster, ModelProfile
+    @staticmethod
+    def _rate(features: Any) -> float:
+        rates = [float(np.min(features.bw_up_Bps)), float(np.min(features.bw_down_Bps))]
+        return min((r for r in rates if r > 0), default=0.0)
+
+    @classmethod
+    def _signature(cls, features: Any) -> np.ndarray:
+        per_worker = np.asarray(features.layer_time_s).sum(axis=0) + np.asarray(features.forward_s)
+        return np.log(np.maximum(np.append(per_worker, cls._rate(features)), 1e-12))
+
+    def _build(self, features: Any, config: Config) -> tuple[Any, Any]:
+        """The model and cluster of the window of ``config`` described by ``features``.
+
+        The engine's forward time runs from the iteration's start to the end
+        of the forward pass, so it holds the waits for the last iteration's
+        parameters; the forward *compute* is the share of it (same shape as
+        the backward times) under which the simulated window of ``config``
+        shows the forward time measured (bisection; all of it at most).
+        """
+        from autobyte.sim import Cluster, ModelProfile, simulate
 
         t = np.asarray(features.layer_time_s, dtype=np.float64)  # (l, n)
         fwd_n = np.asarray(features.forward_s, dtype=np.float64)  # (n,)
-        per_worker = t.sum(axis=0) + fwd_n
-        mean = float(per_worker.mean())
-        if not (mean > 0 and math.isfinite(mean)):
-            raise ValueError("the window measured no compute time: cannot simulate it")
+        bwd_n = t.sum(axis=0)
+        if not (float(bwd_n.mean()) > 0 and np.all(np.isfinite(bwd_n))):
+            raise ValueError("the window measured no backward time: cannot simulate it")
         bwd = t.mean(axis=1)
         fwd_total = float(fwd_n.mean())
-        fwd = bwd / bwd.sum() * fwd_total if bwd.sum() > 0 else np.full(bwd.size, fwd_total / bwd.size)
         keep = np.asarray(features.layer_bytes) > 0
-        model = ModelProfile("running job", np.asarray(features.layer_bytes, dtype=np.int64)[keep], fwd[keep], bwd[keep], 1,
-                             device="measured")
-        rates = [float(np.min(features.bw_up_Bps)), float(np.min(features.bw_down_Bps))]
-        bw = min(r for r in rates if r > 0) if any(r > 0 for r in rates) else 0.0
+        sizes = np.asarray(features.layer_bytes, dtype=np.int64)[keep]
+        shape = bwd[keep] / bwd[keep].sum()
+        bw = self._rate(features)
         if not bw > 0:
             raise ValueError("the window measured no link rate (no message sent): cannot simulate it")
+        scale = bwd_n / float(bwd_n.mean())  # each worker's compute against the mean (a straggler)
         cluster = Cluster(features.n_workers, features.arch, bw_up_Bps=bw, bw_down_Bps=bw, per_message_s=self.per_message_s,
-                          compute_scale=per_worker / mean, jitter=0.0)
-        return model, cluster
+                          compute_scale=scale, jitter=0.0)
 
-    def _speed(self, cfg: Config) -> float:
+        def model(share: float) -> Any:
+            return ModelProfile("running job", sizes, shape * share * fwd_total, bwd[keep], 1, device="measured")
+
+        def forward(share: float) -> float:
+            r = simulate(model(share), cluster, config, n_iters=2, warmup_iters=1)
+            return float(np.mean(r.features().forward_s))
+
+        lo, hi = 0.0, 1.0
+        if fwd_total > 0 and forward(hi) > fwd_total:
+            for _ in range(8):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if forward(mid) < fwd_total else (lo, mid)
+        self.forward_share = hi
+        return model(hi), cluster
+
+    def _speed(self, sim: tuple[Any, Any], cfg: Config) -> float:
         from autobyte.sim import simulate
 
-        assert self._sim is not None
-        r = simulate(self._sim[0], self._sim[1], cfg, n_iters=self.n_iters, warmup_iters=1)
+        r = simulate(sim[0], sim[1], cfg, n_iters=self.n_iters, warmup_iters=1)
         return -math.log(float(np.mean(r.iter_time_s)))
 
-    def log_speeds(self, features: Any, class_ids: np.ndarray, *, refresh: bool) -> np.ndarray:
+    def _select(self, features: Any, config: Config) -> None:
+        """Make the kept conditions that match ``features`` the current ones, or keep them (measured under ``config``) as new ones."""
+        sig = self._signature(features)
+        for k, entry in enumerate(self._kept):
+            old = self._signature(entry[0])
+            if old.shape == sig.shape and np.max(np.abs(old - sig)) <= math.log1p(self.match):
+                self._kept.append(self._kept.pop(k))
+                return
+        self._kept.append([features, config, None, None, None])
+        del self._kept[:-self.memory]
+
+    def log_speeds(self, features: Any, config: Config, class_ids: np.ndarray, *, refresh: bool) -> np.ndarray:
         """Simulated log speed of every candidate (one simulation per class of ``class_ids``).
 
-        Simulates when ``refresh`` (new conditions), on the first call, or when
-        the classes changed; otherwise returns the last simulation's values.
+        With ``refresh`` (new conditions) or on the first call, the conditions
+        of ``features``, a window of ``config`` (or kept ones that match them);
+        otherwise the current conditions. Simulates them unless they were
+        simulated for these classes.
 
         Raises:
             ValueError: the window cannot be simulated (no compute or link rate measured).
         """
         ids = np.asarray(class_ids)
-        if refresh or self._cache is None or self._ids is None or not np.array_equal(ids, self._ids):
+        if refresh or not self._kept:
+            self._select(features, config)
+            self._extra = {}
+        entry = self._kept[-1]
+        if entry[3] is None or not np.array_equal(ids, entry[2]):
             t0 = time.perf_counter()
-            self._sim = self._build(features)
+            entry[4] = self._build(entry[0], entry[1])
             cands = self.space.to_array()
-            n = int(ids.max()) + 1
-            first = np.full(n, -1)
+            first = np.zeros(int(ids.max()) + 1, dtype=np.int64)
             for i in range(len(ids) - 1, -1, -1):
                 first[ids[i]] = i
-            per_class = np.array([self._speed(Config(int(cands[i, 0]), int(cands[i, 1]))) for i in first])
-            self._cache, self._ids, self._extra = per_class, ids.copy(), {}
+            entry[2], entry[3] = ids.copy(), np.array([self._speed(entry[4], Config(int(cands[i, 0]), int(cands[i, 1]))) for i in first])
+            self._extra = {}
             self.last_s = time.perf_counter() - t0
             self.total_s += self.last_s
             self.n_runs += 1
-        assert self._cache is not None
-        return self._cache[ids]
+        return entry[3][ids]
 
     def log_speed(self, cfg: Config) -> float:
-        """Simulated log speed of a configuration outside the space, in the last simulation's conditions."""
-        if self._sim is None:
+        """Simulated log speed of a configuration outside the space, in the current conditions.
+
+        Raises:
+            ValueError: nothing simulated yet (call :meth:`log_speeds` first).
+        """
+        if not self._kept or self._kept[-1][4] is None:
             raise ValueError("log_speed needs a simulation first (call log_speeds)")
         if cfg not in self._extra:
-            self._extra[cfg] = self._speed(cfg)
+            self._extra[cfg] = self._speed(self._kept[-1][4], cfg)
         return self._extra[cfg]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The conditions kept, as windows (plain lists), the current one last: a restored predictor simulates the same."""
+        return {"conditions": [{"arch": e[0].arch, "config": e[1].to_dict(), **{k: np.asarray(getattr(e[0], k)).tolist() for k in self._ARRAYS}}
+                               for e in self._kept]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from autobyte.core.metrics import RuntimeFeatures
+
+        self._kept = [[RuntimeFeatures(d["arch"], **{k: np.asarray(d[k], dtype=np.float64) for k in self._ARRAYS}),
+                       Config(int(d["config"]["partition_bytes"]), int(d["config"]["credit_bytes"])), None, None, None] for d in state.get("conditions", [])]
+        self._extra = {}
