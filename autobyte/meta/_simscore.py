@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,17 @@ from autobyte.core.space import Config, SearchSpace
 
 #: Serial cost of one message, seconds (docs/calibration.md fitted 1.30 ms on the CNN of the testbed).
 DEFAULT_PER_MESSAGE_S = 1e-3
+
+
+@dataclass
+class _Conditions:
+    """One set of conditions: the window they were read from, and their simulation once run."""
+
+    features: Any  # RuntimeFeatures of the window
+    config: Config  # the configuration that window measured
+    ids: np.ndarray | None = None  # the classes simulated
+    log_speeds: np.ndarray | None = None  # per candidate
+    sim: tuple[Any, Any] | None = None  # (model, cluster)
 
 
 class SimPredictor:
@@ -71,8 +83,7 @@ class SimPredictor:
         self.n_iters = n_iters
         self.match = float(match)
         self.memory = memory
-        # conditions simulated, most recent last: [features, configuration measured, class ids, log samples/s per class, (model, cluster)]
-        self._kept: list[list[Any]] = []
+        self._kept: list[_Conditions] = []  # most recent (the current ones) last
         self._extra: dict[Config, float] = {}
         self.forward_share = 1.0  # share of the measured forward time found to be compute, last simulation
         self.n_runs = 0
@@ -141,12 +152,12 @@ class SimPredictor:
     def _select(self, features: Any, config: Config) -> None:
         """Make the kept conditions that match ``features`` the current ones, or keep them (measured under ``config``) as new ones."""
         sig = self._signature(features)
-        for k, entry in enumerate(self._kept):
-            old = self._signature(entry[0])
+        for k, kept in enumerate(self._kept):
+            old = self._signature(kept.features)
             if old.shape == sig.shape and np.max(np.abs(old - sig)) <= math.log1p(self.match):
                 self._kept.append(self._kept.pop(k))
                 return
-        self._kept.append([features, config, None, None, None])
+        self._kept.append(_Conditions(features, config))
         del self._kept[:-self.memory]
 
     def log_speeds(self, features: Any, config: Config, class_ids: np.ndarray, *, refresh: bool) -> np.ndarray:
@@ -164,20 +175,19 @@ class SimPredictor:
         if refresh or not self._kept:
             self._select(features, config)
             self._extra = {}
-        entry = self._kept[-1]
-        if entry[3] is None or not np.array_equal(ids, entry[2]):
+        cur = self._kept[-1]
+        if cur.log_speeds is None or cur.ids is None or not np.array_equal(ids, cur.ids):
             t0 = time.perf_counter()
-            entry[4] = self._build(entry[0], entry[1])
+            cur.sim = self._build(cur.features, cur.config)
             cands = self.space.to_array()
-            first = np.zeros(int(ids.max()) + 1, dtype=np.int64)
-            for i in range(len(ids) - 1, -1, -1):
-                first[ids[i]] = i
-            entry[2], entry[3] = ids.copy(), np.array([self._speed(entry[4], Config(int(cands[i, 0]), int(cands[i, 1]))) for i in first])
+            _, first, member_of = np.unique(ids, return_index=True, return_inverse=True)  # one candidate per class
+            per_class = np.array([self._speed(cur.sim, Config(int(cands[i, 0]), int(cands[i, 1]))) for i in first])
+            cur.ids, cur.log_speeds = ids.copy(), per_class[member_of]
             self._extra = {}
             self.last_s = time.perf_counter() - t0
             self.total_s += self.last_s
             self.n_runs += 1
-        return entry[3][ids]
+        return cur.log_speeds
 
     def log_speed(self, cfg: Config) -> float:
         """Simulated log speed of a configuration outside the space, in the current conditions.
@@ -185,20 +195,22 @@ class SimPredictor:
         Raises:
             ValueError: nothing simulated yet (call :meth:`log_speeds` first).
         """
-        if not self._kept or self._kept[-1][4] is None:
+        sim = self._kept[-1].sim if self._kept else None
+        if sim is None:
             raise ValueError("log_speed needs a simulation first (call log_speeds)")
         if cfg not in self._extra:
-            self._extra[cfg] = self._speed(self._kept[-1][4], cfg)
+            self._extra[cfg] = self._speed(sim, cfg)
         return self._extra[cfg]
 
     def state_dict(self) -> dict[str, Any]:
         """The conditions kept, as windows (plain lists), the current one last: a restored predictor simulates the same."""
-        return {"conditions": [{"arch": e[0].arch, "config": e[1].to_dict(), **{k: np.asarray(getattr(e[0], k)).tolist() for k in self._ARRAYS}}
-                               for e in self._kept]}
+        return {"conditions": [{"arch": c.features.arch, "config": c.config.to_dict(),
+                                **{k: np.asarray(getattr(c.features, k)).tolist() for k in self._ARRAYS}} for c in self._kept]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from autobyte.core.metrics import RuntimeFeatures
 
-        self._kept = [[RuntimeFeatures(d["arch"], **{k: np.asarray(d[k], dtype=np.float64) for k in self._ARRAYS}),
-                       Config(int(d["config"]["partition_bytes"]), int(d["config"]["credit_bytes"])), None, None, None] for d in state.get("conditions", [])]
+        self._kept = [_Conditions(RuntimeFeatures(d["arch"], **{k: np.asarray(d[k], dtype=np.float64) for k in self._ARRAYS}),
+                                  Config(int(d["config"]["partition_bytes"]), int(d["config"]["credit_bytes"])))
+                      for d in state.get("conditions", [])]
         self._extra = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,7 +140,7 @@ def test_the_tuner_with_the_simulator_moves_off_a_slow_start_and_resumes_as_if_n
     assert first + rest == full
 
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_on_real_rows_of_a_held_out_model_the_simulator_predicts_closer_than_the_network(load_benchmark, capsys):
