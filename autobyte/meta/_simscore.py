@@ -1,12 +1,12 @@
 """The simulator as the tuner's predictor, built from the job's own window statistics (``predictor="simulator"``).
 
-The meta-network is trained on simulator windows and is 25-39% off on real
-rows before adaptation (docs/calibration.md). The simulator itself, fed
-what the running job measured — per-tensor gradient sizes and backward
-times, forward time, achieved link rates, every worker's compute —
-predicts the *ratio* of two configurations' speeds on the same real rows
-15-27% off, and picks faster configurations (docs/meta.md,
-"The simulator as predictor"). :class:`SimPredictor` gives the
+The meta-network is trained on simulator windows and is 27-36% off on real
+rows of unmeasured configurations before adaptation (docs/meta.md). The
+simulator itself, fed what the running job measured — per-tensor gradient
+sizes and backward times, forward time, achieved link rates, every worker's
+compute — predicts the *ratio* of two configurations' speeds on the same
+real rows 17-18% off, and picks faster configurations (docs/meta.md,
+"The simulator as predictor"; ``benchmarks/sim_predictor_rows.py``). :class:`SimPredictor` gives the
 :class:`~autobyte.meta._policies.Scorer` that ratio in place of the
 network's: one simulation per schedule class, once per regime (the tuner
 asks again when the conditions change), so a decision inside a regime
