@@ -77,3 +77,5 @@ register_tuner("autobyte-refuge", _with(_variant(), refuge=True))
 register_tuner("autobyte-time-refuge", _with(_variant(time_units=True), refuge=True))
 # 2026-11-26 (stop 27): the simulator, built from the job's own windows, predicts instead of the meta-network
 register_tuner("autobyte-sim", _variant(predictor="simulator"))
+# stop 28: the same, its per-message cost fitted to the speeds measured in the current conditions
+register_tuner("autobyte-simfit", _variant(predictor="simulator-fit"))

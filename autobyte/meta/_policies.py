@@ -181,11 +181,14 @@ class Scorer:
         self.min_slope = _check_range("min_slope", min_slope, 0.0, 1.0)
         self.equivalence = Equivalence(space, equivalent)
 
-    def score(self, obs_config: Config, speed: float, features: Any, *, changed: bool = False) -> Scores:
+    def score(self, obs_config: Config, speed: float, features: Any, *, changed: bool = False,
+              measured: dict[Config, float] | None = None) -> Scores:
         """Score every candidate for a window of ``obs_config`` at ``speed``.
 
         ``changed``: the conditions changed before this window (a simulator
-        predictor simulates them anew).
+        predictor simulates them anew). ``measured``: the speeds measured in
+        the current conditions, this window's included (a simulator predictor
+        with ``fit`` fits its per-message cost to them).
 
         Raises:
             ValueError: the features or the predictor's output are not finite, or
@@ -198,7 +201,7 @@ class Scorer:
         n = eq.n_classes
         here = eq.of(obs_config)
         if self.predictor is not None:
-            logr = self.predictor.log_speeds(features, obs_config, eq.ids, refresh=changed)
+            logr = self.predictor.log_speeds(features, obs_config, eq.ids, refresh=changed, measured=measured)
             base = float(logr[int(np.argmax(eq.ids == here))]) if here < n else self.predictor.log_speed(obs_config)
         else:
             logr = self.net.head_predict(emb, candidate_features(job.layer_bytes, self.cands, obs_config))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,8 @@ from autobyte.core.space import Config, SearchSpace
 
 #: Serial cost of one message, seconds (docs/calibration.md fitted 1.30 ms on the CNN of the testbed).
 DEFAULT_PER_MESSAGE_S = 1e-3
+#: Per-message costs tried by the fit (``SimPredictor(fit=True)``), seconds.
+FIT_GRID_S = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 
 
 @dataclass
@@ -45,6 +47,9 @@ class _Conditions:
     ids: np.ndarray | None = None  # the classes simulated
     log_speeds: np.ndarray | None = None  # per candidate
     sim: tuple[Any, Any] | None = None  # (model, cluster)
+    measured: dict[Config, float] = field(default_factory=dict)  # speeds measured in these conditions (fit)
+    fitted: frozenset[Config] = frozenset()  # the configurations the simulation was fitted on
+    per_message_s: float | None = None  # fitted per-message cost (None: the default)
 
 
 class SimPredictor:
@@ -70,7 +75,7 @@ class SimPredictor:
     _ARRAYS = ("layer_bytes", "layer_time_s", "forward_s", "bw_up_Bps", "bw_down_Bps", "speed")
 
     def __init__(self, space: SearchSpace, *, per_message_s: float = DEFAULT_PER_MESSAGE_S, n_iters: int = 1,
-                 match: float = 0.10, memory: int = 8) -> None:
+                 match: float = 0.10, memory: int = 8, fit: bool = False, fit_prior: float = 0.01) -> None:
         if isinstance(per_message_s, bool) or not isinstance(per_message_s, (int, float)) or not (0 <= per_message_s <= 1):
             raise ValueError(f"per_message_s must be a number of seconds in [0, 1], but got per_message_s={per_message_s!r}.")
         for name, v in (("n_iters", n_iters), ("memory", memory)):
@@ -78,7 +83,13 @@ class SimPredictor:
                 raise ValueError(f"{name} must be a positive integer, but got {name}={v!r}.")
         if isinstance(match, bool) or not isinstance(match, (int, float)) or not (0 <= match <= 1):
             raise ValueError(f"match must be a number in [0, 1], but got match={match!r}.")
+        if not isinstance(fit, bool):
+            raise ValueError(f"fit must be True or False, but got fit={fit!r}.")
         self.space = space
+        self.fit = fit
+        if isinstance(fit_prior, bool) or not isinstance(fit_prior, (int, float)) or not (0 <= fit_prior < math.inf):
+            raise ValueError(f"fit_prior must be a non-negative number, but got fit_prior={fit_prior!r}.")
+        self.fit_prior = float(fit_prior)
         self.per_message_s = float(per_message_s)
         self.n_iters = n_iters
         self.match = float(match)
@@ -100,8 +111,8 @@ class SimPredictor:
         per_worker = np.asarray(features.layer_time_s).sum(axis=0) + np.asarray(features.forward_s)
         return np.log(np.maximum(np.append(per_worker, cls._rate(features)), 1e-12))
 
-    def _build(self, features: Any, config: Config) -> tuple[Any, Any]:
-        """The model and cluster of the window of ``config`` described by ``features``.
+    def _build(self, features: Any, config: Config, per_message_s: float) -> tuple[Any, Any]:
+        """The model and cluster of the window of ``config`` described by ``features``, at ``per_message_s``.
 
         The engine's forward time runs from the iteration's start to the end
         of the forward pass, so it holds the waits for the last iteration's
@@ -125,7 +136,7 @@ class SimPredictor:
         if not bw > 0:
             raise ValueError("the window measured no link rate (no message sent): cannot simulate it")
         scale = bwd_n / float(bwd_n.mean())  # each worker's compute against the mean (a straggler)
-        cluster = Cluster(features.n_workers, features.arch, bw_up_Bps=bw, bw_down_Bps=bw, per_message_s=self.per_message_s,
+        cluster = Cluster(features.n_workers, features.arch, bw_up_Bps=bw, bw_down_Bps=bw, per_message_s=per_message_s,
                           compute_scale=scale, jitter=0.0)
 
         def model(share: float) -> Any:
@@ -142,6 +153,41 @@ class SimPredictor:
                 lo, hi = (mid, hi) if forward(mid) < fwd_total else (lo, mid)
         self.forward_share = hi
         return model(hi), cluster
+
+    def _fitted(self, cur: _Conditions) -> tuple[tuple[Any, Any], float]:
+        """The simulation of ``cur``, its per-message cost fitted to the speeds measured there when ``fit`` is on.
+
+        Each cost of :data:`FIT_GRID_S` (then the geometric midpoints beside
+        the best) builds the window anew; the one whose simulated log speed
+        ratios of the measured configurations to the window's own come
+        closest (least squares) to the measured ratios is kept. Two measured
+        configurations that send as many messages say nothing about the cost:
+        the default is kept when no cost fits better than another.
+        """
+        anchor = cur.measured.get(cur.config, float(np.sum(cur.features.speed)))
+        others = {c: v for c, v in cur.measured.items() if c != cur.config and v > 0}
+        if not self.fit or not others or not anchor > 0:
+            return self._build(cur.features, cur.config, self.per_message_s), self.per_message_s
+        target = {c: math.log(v / anchor) for c, v in others.items()}
+        tried: dict[float, tuple[float, tuple[Any, Any]]] = {}
+
+        def sse(pm: float) -> float:
+            if pm not in tried:
+                sim = self._build(cur.features, cur.config, pm)
+                base = self._speed(sim, cur.config)
+                prior = self.fit_prior * math.log(pm / self.per_message_s) ** 2 / math.log(3.0) ** 2
+                tried[pm] = (sum((self._speed(sim, c) - base - y) ** 2 for c, y in target.items()) + prior, sim)
+            return tried[pm][0]
+
+        errs = [sse(pm) for pm in FIT_GRID_S]
+        k = int(np.argmin(errs))
+        if max(errs) - min(errs) < 1e-6:  # the measured configurations cannot tell the costs apart
+            return self._build(cur.features, cur.config, self.per_message_s), self.per_message_s
+        for j in (k - 1, k + 1):
+            if 0 <= j < len(FIT_GRID_S):
+                sse(math.sqrt(FIT_GRID_S[j] * FIT_GRID_S[k]))
+        best = min(tried, key=lambda pm: tried[pm][0])
+        return tried[best][1], best
 
     def _speed(self, sim: tuple[Any, Any], cfg: Config) -> float:
         from autobyte.sim import simulate
@@ -160,13 +206,17 @@ class SimPredictor:
         self._kept.append(_Conditions(features, config))
         del self._kept[:-self.memory]
 
-    def log_speeds(self, features: Any, config: Config, class_ids: np.ndarray, *, refresh: bool) -> np.ndarray:
+    def log_speeds(self, features: Any, config: Config, class_ids: np.ndarray, *, refresh: bool,
+                   measured: dict[Config, float] | None = None) -> np.ndarray:
         """Simulated log speed of every candidate (one simulation per class of ``class_ids``).
 
         With ``refresh`` (new conditions) or on the first call, the conditions
         of ``features``, a window of ``config`` (or kept ones that match them);
         otherwise the current conditions. Simulates them unless they were
-        simulated for these classes.
+        simulated for these classes. ``measured``: the speeds measured in the
+        current conditions (samples/s per configuration); with ``fit``, the
+        per-message cost is fitted to them, anew when a configuration is
+        measured there for the first time.
 
         Raises:
             ValueError: the window cannot be simulated (no compute or link rate measured).
@@ -176,9 +226,13 @@ class SimPredictor:
             self._select(features, config)
             self._extra = {}
         cur = self._kept[-1]
-        if cur.log_speeds is None or cur.ids is None or not np.array_equal(ids, cur.ids):
+        if measured is not None:
+            cur.measured = dict(measured)
+        refit = self.fit and len(cur.measured) > 1 and frozenset(cur.measured) != cur.fitted
+        if refit or cur.log_speeds is None or cur.ids is None or not np.array_equal(ids, cur.ids):
             t0 = time.perf_counter()
-            cur.sim = self._build(cur.features, cur.config)
+            cur.sim, cur.per_message_s = self._fitted(cur)
+            cur.fitted = frozenset(cur.measured)
             cands = self.space.to_array()
             _, first, member_of = np.unique(ids, return_index=True, return_inverse=True)  # one candidate per class
             per_class = np.array([self._speed(cur.sim, Config(int(cands[i, 0]), int(cands[i, 1]))) for i in first])

@@ -22,7 +22,7 @@ from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Payoff, Regime
 _log = logging.getLogger("autobyte.meta")
 
 #: Where the tuner's predictions come from (``AutoByteTuner(predictor=...)``).
-PREDICTORS = ("network", "simulator")
+PREDICTORS = ("network", "simulator", "simulator-fit")
 #: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
 _ENV = [5, 6, 7, 8, 9, 10, 11]
 #: Their names, for the log.
@@ -270,7 +270,10 @@ class AutoByteTuner(Tuner):
             candidate's speed ratio, and adapts online; ``"simulator"``: the
             simulator, built from the window's own statistics, predicts them
             (:class:`~autobyte.meta._simscore.SimPredictor`; simulated once per
-            regime; the head is not adapted, nothing reads it).
+            regime; the head is not adapted, nothing reads it);
+            ``"simulator-fit"``: the same, with the simulated per-message cost
+            fitted to the speeds measured in the current conditions (anew each
+            time a configuration is measured there for the first time).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -371,7 +374,7 @@ class AutoByteTuner(Tuner):
         super().start(space, initial)
         if len(space) == 1:
             warnings.warn("autobyte: the search space has one candidate; AutoByte has nothing to tune.", stacklevel=2)
-        sim = SimPredictor(space) if self.predictor == "simulator" else None
+        sim = SimPredictor(space, fit=self.predictor == "simulator-fit") if self.predictor != "network" else None
         self.scorer = Scorer(self.net, space, equivalent=self.equivalent, calibrate=self.calibrate, predictor=sim)
         self._reset()
         return initial
@@ -442,7 +445,9 @@ class AutoByteTuner(Tuner):
             warnings.warn(f"autobyte: window at iteration {obs.iteration} has speed {obs.speed!r}; keeping {obs.config}.", stacklevel=4)
             return None
         try:
-            sc = self.scorer.score(obs.config, obs.speed, obs.features, changed=obs.regime_changed)
+            here = {} if obs.regime_changed else self.ledger.current.speeds(self.ledger.stale_windows)
+            sc = self.scorer.score(obs.config, obs.speed, obs.features, changed=obs.regime_changed,
+                                   measured={**here, obs.config: obs.speed})
         except (ValueError, FloatingPointError) as exc:
             warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=4)
             return None

@@ -45,7 +45,7 @@ def test_sim_predictor_refuses_bad_arguments(kw, match):
 
 
 def test_the_tuner_refuses_an_unknown_predictor(fresh_net):
-    with pytest.raises(ValueError, match=r"predictor must be one of \('network', 'simulator'\), but got predictor='oracle'"):
+    with pytest.raises(ValueError, match=r"predictor must be one of \('network', 'simulator', 'simulator-fit'\), but got predictor='oracle'"):
         AutoByteTuner(fresh_net, predictor="oracle")
 
 
