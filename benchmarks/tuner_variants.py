@@ -79,3 +79,26 @@ register_tuner("autobyte-time-refuge", _with(_variant(time_units=True), refuge=T
 register_tuner("autobyte-sim", _variant(predictor="simulator"))
 # stop 28: the same, its per-message cost fitted to the speeds measured in the current conditions
 register_tuner("autobyte-simfit", _variant(predictor="simulator-fit"))
+
+
+def _static_at(partition: int, credit: int) -> Callable[..., Tuner]:
+    """A static configuration run as a tuner that starts there (``bench_gpu --tuners``: one continuous run of it)."""
+    def factory(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
+        from autobyte.core.space import Config, SearchSpace
+        from autobyte.core.tuning import StaticTuner
+
+        class StaticAt(StaticTuner):
+            name = f"static-{partition >> 20}m-{credit // partition}x"
+
+            def start(self, space: SearchSpace, initial: Config) -> Config:
+                super().start(space, initial)
+                return Config(partition, credit)
+
+        return StaticAt()
+
+    return factory
+
+
+# continuous static runs at the GPU machine's best of grid (docs/benchmarks.md 8.1), beside the tuner's own run
+register_tuner("static-16m-2x", _static_at(16 << 20, 32 << 20))
+register_tuner("static-8m-2x", _static_at(8 << 20, 16 << 20))
