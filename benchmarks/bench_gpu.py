@@ -283,7 +283,8 @@ def tune_block(name: str, opts: dict[str, Any], dev: Any, data: list[Any], loss_
     model = resnet50(opts["width"], opts["classes"]).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     windows: list[dict[str, Any]] = []  # every check: the config in force, the speed seen, the decision with its whole reason
-    h = schedule(model, opt, tuner=name, verbose=False, on_decision=lambda out: windows.append(decision_row(out)))
+    h = schedule(model, opt, tuner=name, verbose=False, on_decision=lambda out: windows.append(decision_row(out)),
+                 warmup_iters=int(opts.get("tune_warmup", 2)))
     start = h.config.to_dict()
     n_chunks = max(1, int(opts["tune_iters"]) // chunk)
     run({"opt": opt, "net": model, "finish": lambda: None}, 0)  # the barrier: both ranks start together
@@ -376,9 +377,24 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     }
     ref = {"DDP": ddp, "ByteScheduler's default": next(m for m in modes if m["name"] == BS_DEFAULT[0]),
            "DDP's point": point, **({"best of grid": best} if best else {})}
-    for t in raw.get("tuned", []):
+    tuned = raw.get("tuned", [])
+    for t in tuned:
+        # samples over the whole run / its time
+        t["whole_run_samples_per_s"] = sum(v * sec for v, sec in zip(t["samples_per_s"], t["seconds"])) / sum(t["seconds"])
+    # static configurations run continuously in the tuner block (``static``, ``static-...``): measured as a tuner is,
+    # the fair baseline for it (in rounds a mode runs 12 iterations after other modes; see docs/benchmarks.md 8.1)
+    # (a static configuration run more than once, e.g. before and after the tuners, counts at the median of its runs)
+    statics: dict[str, list[float]] = {}
+    for t in tuned:
+        if _is_static(t["tuner"]):
+            statics.setdefault(f"{t['tuner']} <{_fmt_config(t['final'])}> continuous", []).append(t["whole_run_samples_per_s"])
+    for k, v in statics.items():
+        ref[k] = {"median_samples_per_s": statistics.median(v)}
+    if len(statics) > 1:
+        ref["best continuous static"] = {"median_samples_per_s": max(statistics.median(v) for v in statics.values())}
+    for t in tuned:
         sps = t["samples_per_s"]
-        whole_sps = sum(v * sec for v, sec in zip(sps, t["seconds"])) / sum(t["seconds"])  # samples over the whole run / its time
+        whole_sps = t["whole_run_samples_per_s"]
         late = statistics.median(sps[len(sps) // 2:])
 
         def against(x: float) -> dict[str, float]:
@@ -390,9 +406,19 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, **raw, "best_grid": best["name"] if best else None, "overhead": overhead}
 
 
-def markdown(s: dict[str, Any]) -> str:
+def _is_static(name: str) -> bool:
+    """A tuner of the block that never moves: ``static`` (ByteScheduler's default) or a ``static-...`` variant."""
+    return name == "static" or name.startswith("static-")
+
+
+def _fmt_config(c: dict[str, Any]) -> str:
     from autobyte.core import UNLIMITED
 
+    cr = "unlimited" if c["credit_bytes"] >= UNLIMITED else f"{c['credit_bytes'] / c['partition_bytes']:.3g}X"
+    return f"{_fmt_bytes(int(c['partition_bytes']))}, {cr}"
+
+
+def markdown(s: dict[str, Any]) -> str:
     lines = [f"# bench_gpu: the engine against DDP, 2 ranks on {s['device_text']}", ""]
     if s["fallback"]:
         lines += [f"**CPU fallback**: {s['fallback_reason']}. These figures come from a CPU and are not GPU figures.", ""]
@@ -417,13 +443,13 @@ def markdown(s: dict[str, Any]) -> str:
     if s.get("tuned"):
         refs = list(s["tuned"][0]["ratio_vs"])
         lines += ["## Tuners (each one continuous run after the rounds, from ByteScheduler's default)", "",
-                  "whole run / median of its second half's chunks, against each mode's median in the rounds and against DDP run just after:", "",
+                  "whole run / median of its second half's chunks, against each mode's median in the rounds, against the whole run of "
+                  "each static configuration run the same way (`static`: ByteScheduler's default; `static-...`: another one), "
+                  "and against DDP run just after:", "",
                   "| tuner | iterations | final config | moves | " + " | ".join(f"vs {k}" for k in refs) + " | vs DDP just after | host ms/iter at iteration start (waits, agreement, decisions) |",
                   "|---|---:|---|---:|" + "---:|" * (len(refs) + 2)]
         for t in s["tuned"]:
-            f = t["final"]
-            cr = "unlimited" if f["credit_bytes"] >= UNLIMITED else f"{f['credit_bytes'] / f['partition_bytes']:.3g}X"
-            lines.append(f"| {t['tuner']} | {t['iterations']} | <{_fmt_bytes(int(f['partition_bytes']))}, {cr}> | {len(t['reconfigurations'])} | "
+            lines.append(f"| {t['tuner']} | {t['iterations']} | <{_fmt_config(t['final'])}> | {len(t['reconfigurations'])} | "
                          + " | ".join(f"{t['ratio_vs'][k]['whole_run']:.3f}x / {t['ratio_vs'][k]['second_half']:.3f}x" for k in refs)
                          + f" | {t['ratio_vs_ddp_after']['whole_run']:.3f}x / {t['ratio_vs_ddp_after']['second_half']:.3f}x"
                          + f" | {t['host_ms_per_iter'].get('iteration_start', 0.0):.2f} |")
@@ -463,16 +489,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations per mode (default: 5 on CUDA, 1 on CPU)")
     ap.add_argument("--grid", default=DEFAULT_GRID, help=f"PARTITION:CREDIT_MULTIPLE,... (default: {DEFAULT_GRID})")
     ap.add_argument("--profile-iters", type=int, default=None, help="profiled iterations per mode, 0: none (default: 5 on CUDA, 2 on CPU)")
-    ap.add_argument("--tuners", default="autobyte", help="tuners run after the rounds from ByteScheduler's default, comma-separated; none: no tuner block (default: autobyte)")
+    ap.add_argument("--tuners", default="static,autobyte",
+                    help="tuners run after the rounds from ByteScheduler's default, comma-separated; 'static' runs the default "
+                         "itself continuously, the fair baseline of a tuner (static-16m-2x and others: --import "
+                         "benchmarks/tuner_variants.py); none: no tuner block (default: static,autobyte)")
     ap.add_argument("--tune-iters", type=int, default=None, help="iterations of each tuner's continuous run (default: 150 on CUDA, 12 on CPU)")
+    ap.add_argument("--tune-warmup", type=int, default=2,
+                    help="iterations the tuner's controller skips after the start and each reconfiguration (schedule's warmup_iters; 2)")
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="SOURCE",
                     help="a module or .py file that registers tuners (autobyte.core.tuners.register_tuner), in every rank; repeatable")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads per rank on the CPU fallback")
     ap.add_argument("--timeout-s", type=float, default=1800.0)
+    ap.add_argument("--resummarize", metavar="JSON", help="read a bench_gpu.json written before, summarize it again "
+                    "(the comparisons of this version) into --out; nothing runs")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
+        return 0
+    if args.resummarize:
+        if not args.out:
+            ap.error("--out is required: the directory for bench_gpu.json and bench_gpu.md.")
+        try:
+            old = json.loads(Path(args.resummarize).read_text())
+        except (OSError, ValueError) as exc:
+            ap.error(f"--resummarize must name a bench_gpu.json, but {args.resummarize!r} could not be read: {exc}")
+        summary = summarize(old, old)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "bench_gpu.json").write_text(json.dumps(summary, indent=1))
+        text = markdown(summary)
+        (Path(args.out) / "bench_gpu.md").write_text(text)
+        print(text)
         return 0
 
     import torch
@@ -481,9 +528,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.out:
         ap.error("--out is required: the directory for bench_gpu.json and bench_gpu.md.")
-    for name in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters", "threads", "tune_iters"):
+    for name in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters", "threads", "tune_iters",
+                 "tune_warmup"):
         v = getattr(args, name)
-        if v is not None and (v < 0 or (v == 0 and name not in ("warmup", "profile_iters"))):
+        if v is not None and (v < 0 or (v == 0 and name not in ("warmup", "profile_iters", "tune_warmup"))):
             ap.error(f"--{name.replace('_', '-')} must be a positive integer, but got {v}.")
     try:
         grid = _parse_grid(args.grid)
@@ -510,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": d(5, 1) if args.warmup is None else args.warmup,
         "profile_iters": d(5, 2) if args.profile_iters is None else args.profile_iters,
         "threads": args.threads,
+        "tune_warmup": args.tune_warmup,
         "tuners": tuners, "imports": [str(Path(i).resolve()) if i.endswith(".py") else i for i in args.imports], "tune_iters": args.tune_iters or d(150, 12),
         "modes": modes_for(grid),
         "profile_modes": ["DDP (bucket_cap_mb=25)", DDP_POINT[0], BS_DEFAULT[0]],
@@ -539,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "PYTHONPATH=$PWD python3 " + " ".join([os.path.relpath(__file__, root) if __file__.startswith(root) else __file__,
                                                           *(argv if argv is not None else sys.argv[1:])]),
         "load_average_start": load0, "load_average_end": "%.2f %.2f %.2f" % os.getloadavg(),
-        **{k: opts[k] for k in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters", "tune_iters")},
+        **{k: opts[k] for k in ("batch_size", "image_size", "width", "classes", "rounds", "iters", "warmup", "profile_iters", "tune_iters",
+                                "tune_warmup")},
         "unix_time": time.time(),
     }
     summary = summarize(raw, meta)

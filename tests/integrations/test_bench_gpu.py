@@ -60,16 +60,47 @@ def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
         assert "top_device" not in p  # no device on the fallback
     if s["profile_all_threads"]:  # the engine's update runs on its completer thread
         assert s["profiles"][bench_names()[0]]["per_iteration"]["optimizer_steps"] == 1.0
-    (t,) = s["tuned"]  # the tuner's own continuous run, from ByteScheduler's default, in chunks of --iters
+    # by default the default configuration itself runs continuously (``static``), then the tuner, from the same start
+    static, t = s["tuned"]
+    assert static["tuner"] == "static" and not static["reconfigurations"] and static["final"] == static["start"]
     assert t["tuner"] == "autobyte" and t["iterations"] == 24 and len(t["seconds"]) == 12 and t["chunk_iters"] == 2
     assert t["start"] == {"partition_bytes": 4_000_000, "credit_bytes": 16_000_000} and t["ddp_after_samples_per_s"] > 0
-    assert set(t["ratio_vs"]) == {"DDP", "ByteScheduler's default", "DDP's point", "best of grid"}
+    cont = "static <4 MB, 4X> continuous"
+    assert set(t["ratio_vs"]) == {"DDP", "ByteScheduler's default", "DDP's point", "best of grid", cont}
     assert all(v["whole_run"] > 0 and v["second_half"] > 0 for v in t["ratio_vs"].values())
+    assert static["ratio_vs"][cont]["whole_run"] == pytest.approx(1.0)  # measured the same way as the tuner: against itself
+    assert t["ratio_vs"][cont]["whole_run"] == pytest.approx(t["whole_run_samples_per_s"] / static["whole_run_samples_per_s"])
     assert t["windows"] and all(w["observed_speed"] is None or w["observed_speed"] > 0 for w in t["windows"]), t["windows"]
     md = (tmp_path / "bench_gpu.md").read_text()
-    assert "## Tuners" in md and "| autobyte | 24 |" in md
+    assert "## Tuners" in md and "| autobyte | 24 |" in md and "| static | 24 |" in md and f"vs {cont}" in md
     assert "**CPU fallback**" in md and "not GPU figures" in md and "| DDP (bucket_cap_mb=25) | " in md
     assert "load average" in md and proc.stdout.startswith("# bench_gpu")
+    # summarized again from its JSON (nothing runs): the same figures
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, str(_PATH), "--resummarize", str(tmp_path / "bench_gpu.json"), "--out", str(again)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads((again / "bench_gpu.json").read_text())["tuned"][1]["ratio_vs"] == t["ratio_vs"]
+    assert (again / "bench_gpu.md").read_text() == md
+
+
+def test_a_static_configuration_run_twice_counts_at_its_median(bench):
+    def run(name, sps, final):
+        return {"tuner": name, "samples_per_s": [sps], "seconds": [1.0], "final": final, "ddp_after_samples_per_s": 100.0}
+
+    modes = [{"name": n, "kind": k, "samples_per_s": [100.0], "seconds": [1.0], **({"grid": True} if g else {})}
+             for n, k, g in (("no communication (bound)", "none", False), ("DDP (bucket_cap_mb=25)", "ddp", False),
+                             (bench_names()[0], "engine", False), (bench_names()[1], "engine", False),
+                             ("engine <16 MiB, 2X>", "engine", True))]
+    default = {"partition_bytes": 4_000_000, "credit_bytes": 16_000_000}
+    big = {"partition_bytes": 16 << 20, "credit_bytes": 32 << 20}
+    raw = {"modes": modes, "tuned": [run("static", 100.0, default), run("static-16m-2x", 110.0, big), run("autobyte", 105.0, default),
+                                     run("static", 90.0, default), run("static", 120.0, default)]}
+    s = bench.summarize(raw, {"iters": 1})
+    t = s["tuned"][2]
+    assert t["ratio_vs"]["static <4 MB, 4X> continuous"]["whole_run"] == pytest.approx(105 / 100)  # median of 100, 90, 120
+    assert t["ratio_vs"]["static-16m-2x <16 MiB, 2X> continuous"]["whole_run"] == pytest.approx(105 / 110)
+    assert t["ratio_vs"]["best continuous static"]["whole_run"] == pytest.approx(105 / 110)
 
 
 def bench_names() -> tuple[str, str]:
@@ -83,6 +114,7 @@ def bench_names() -> tuple[str, str]:
     ([], "--out is required"),
     (["--tuners", "autobytes"], "--tuners: each name must be one of autobyte, bo, grid, static (or 'none'), but got 'autobytes'."),
     (["--tune-iters", "0"], "--tune-iters must be a positive integer, but got 0."),
+    (["--resummarize", "/nonexistent/bench_gpu.json"], "--resummarize must name a bench_gpu.json, but '/nonexistent/bench_gpu.json' could not be read"),
 ])
 def test_bad_arguments_are_refused_naming_the_flag(bench, tmp_path, capsys, argv, message):
     full = argv + (["--out", str(tmp_path)] if argv else [])
