@@ -102,3 +102,31 @@ def _static_at(partition: int, credit: int) -> Callable[..., Tuner]:
 # continuous static runs at the GPU machine's best of grid (docs/benchmarks.md 8.1), beside the tuner's own run
 register_tuner("static-16m-2x", _static_at(16 << 20, 32 << 20))
 register_tuner("static-8m-2x", _static_at(8 << 20, 16 << 20))
+
+
+def _switch_to(partition: int, credit: int) -> Callable[..., Tuner]:
+    """Starts at the default and moves once, at its first window, to one configuration: what a reconfiguration costs later on."""
+    def factory(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
+        from autobyte.core.space import Config
+        from autobyte.core.tuning import Decision, Observation, StaticTuner
+
+        class SwitchTo(StaticTuner):
+            name = f"switch-{partition >> 20}m-{credit // partition}x"
+
+            def __init__(self) -> None:
+                self.moved = False
+
+            def observe(self, obs: Observation) -> Decision | None:
+                if self.moved:
+                    return None
+                self.moved = True
+                return Decision(Config(partition, credit), "switch once, at the first window")
+
+        return SwitchTo()
+
+    return factory
+
+
+# stop 28: does a configuration switched to run slower than the same one started with? (the GPU's trials measured low)
+register_tuner("static-1m-4x", _static_at(1 << 20, 4 << 20))
+register_tuner("switch-1m-4x", _switch_to(1 << 20, 4 << 20))
