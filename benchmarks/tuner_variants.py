@@ -130,3 +130,5 @@ def _switch_to(partition: int, credit: int) -> Callable[..., Tuner]:
 # stop 28: does a configuration switched to run slower than the same one started with? (the GPU's trials measured low)
 register_tuner("static-1m-4x", _static_at(1 << 20, 4 << 20))
 register_tuner("switch-1m-4x", _switch_to(1 << 20, 4 << 20))
+# stop 28: a trial starts only when it can end before the conditions are expected to change (Explorer within_phase)
+register_tuner("autobyte-within", _variant(within_phase=True))

@@ -465,16 +465,25 @@ class Ledger:
     def horizon(self, iteration: int) -> float:
         """Iterations this regime is expected to last from now, recurrences included.
 
-        The time left in this occurrence (the median length of the run's past
-        occurrences, less the time already spent) plus, for a regime that came
-        back before, as many more occurrences as it has had.
+        The time left in this occurrence (:meth:`left`) plus, for a regime
+        that came back before, as many more occurrences as it has had.
         """
         ended = [d for r in self.regimes for d in r.durations]
         if not ended:
             return float(self.default_horizon)
-        typical = float(np.median(self.current.durations or ended))
-        left = max(0.0, typical - (iteration - self.current.started))
-        return left + len(self.current.durations) * typical
+        return self.left(iteration) + len(self.current.durations) * float(np.median(self.current.durations or ended))
+
+    def left(self, iteration: int) -> float:
+        """Iterations this occurrence of the regime is expected to last from now.
+
+        The median length of this regime's past occurrences (of every
+        regime's, for a new one), less the time already spent in this one;
+        ``default_horizon`` before any regime ended.
+        """
+        ended = [d for r in self.regimes for d in r.durations]
+        if not ended:
+            return float(self.default_horizon)
+        return max(0.0, float(np.median(self.current.durations or ended)) - (iteration - self.current.started))
 
     def state_dict(self) -> dict[str, Any]:
         return {"regimes": [r.to_dict() for r in self.regimes], "current": self.current.ident, "next": self._next,
@@ -667,12 +676,23 @@ class Explorer:
             candidate that may run 10x slower) costs what it would; ``False``
             (default): in log speed ratios, which count a 10x slowdown as 2.3
             iterations per iteration instead of 9.
+        within_phase: a trial starts only when it can end before the
+            conditions are expected to change (``left``, the iterations this
+            occurrence of the regime is expected to last, at least
+            ``trial_iters``), and its gain counts from its end (``horizon -
+            trial_iters``). A trial that straddles a change measures neither
+            regime: on real runs with 20-iteration phases, trials started 5-10
+            iterations before a change were aborted or rolled back on the
+            change's slowdown, and what they measured was filed under the
+            wrong conditions. ``False`` (default): gains over ``horizon``, any time.
     """
 
     def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0, max_sigma: float = 0.25,
                  max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7,
-                 near_best: float | None = None, min_predicted_gain: float | None = None, time_units: bool = False) -> None:
+                 near_best: float | None = None, min_predicted_gain: float | None = None, time_units: bool = False,
+                 within_phase: bool = False) -> None:
         self.time_units = bool(time_units)
+        self.within_phase = bool(within_phase)
         self._gain, self._below = (_time_gain, _below) if self.time_units else (_log_gain, _log_below)
         self.trial_iters = int(_check_range("trial_iters", trial_iters, 1, 1e6))
         self.abort_margin = None if abort_margin is None else _check_range("abort_margin", abort_margin, 1e-3, 0.9)
@@ -687,7 +707,7 @@ class Explorer:
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
                 misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0,
-                bias: float = 0.0, payoff: float = 1.0) -> tuple[Config, str, float] | None:
+                bias: float = 0.0, payoff: float = 1.0, left: float | None = None) -> tuple[Config, str, float] | None:
         """The candidate to try next, with the reason and its expected improvement over the best
         measured (per iteration, in this explorer's units, before ``payoff``), or ``None`` (no trial pays).
 
@@ -708,6 +728,8 @@ class Explorer:
         ``payoff``: the share of their expected gain this job's trials
         realised (:meth:`Payoff.factor`, in [0, 1]); every expected gain is
         scaled by it before it is weighed against the cost.
+        ``left``: iterations this occurrence of the conditions is expected to
+        last (``None``: as long as ``horizon``); read with ``within_phase``.
 
         Raises:
             ValueError: ``bias`` positive or not finite; ``payoff`` not in [0, 1].
@@ -717,6 +739,10 @@ class Explorer:
         _check_range("payoff", payoff, 0.0, 1.0)
         if not measured or misses >= self.max_misses:
             return None
+        if self.within_phase:
+            if (horizon if left is None else left) < self.trial_iters:
+                return None  # it would straddle the change: measure neither regime
+            horizon = horizon - self.trial_iters  # what a faster configuration found wins, after the trial
         predicted = predicted * math.exp(bias)  # what a trial is expected to run, given how this job's trials ran
         sigma = min(sigma, self.max_sigma)  # beyond it the predictor ranks no better than chance; misses stop the search
         best_known = max(measured.values())

@@ -274,6 +274,10 @@ class AutoByteTuner(Tuner):
             ``"simulator-fit"``: the same, with the simulated per-message cost
             fitted to the speeds measured in the current conditions (anew each
             time a configuration is measured there for the first time).
+        within_phase: a trial starts only when it can end before the
+            conditions are expected to change, and its gain counts from its
+            end (:class:`~autobyte.meta._policies.Explorer`); ``False``
+            (default): any time, gains over the whole horizon.
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -315,6 +319,7 @@ class AutoByteTuner(Tuner):
         payoff: bool = False,
         time_units: bool = False,
         predictor: str = "network",
+        within_phase: bool = False,
     ) -> None:
         if predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
@@ -333,7 +338,8 @@ class AutoByteTuner(Tuner):
         # a trial that the aborter would end costs only its first check (half a window and the warm-up)
         self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
                                  abort_iters=min(7, trial_iters), near_best=near_best,
-                                 min_predicted_gain=min_predicted_gain, time_units=time_units)
+                                 min_predicted_gain=min_predicted_gain, time_units=time_units,
+                                 within_phase=within_phase)
         self.verifier = Verifier()
         self.verify = bool(verify)
         if short_horizon_iters is not None:
@@ -422,7 +428,8 @@ class AutoByteTuner(Tuner):
                                               self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
                                               self.scorer.equivalence, self.scorer.downside() if self.tail else 0.0,
                                               self.scorer.trial_bias() if self.debias else 0.0,
-                                              self.trial_record.factor() if self.payoff else 1.0)
+                                              self.trial_record.factor() if self.payoff else 1.0,
+                                              self.ledger.left(obs.iteration))
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)

@@ -172,6 +172,31 @@ def test_explorer_tries_the_candidate_worth_most():
     assert cfg == B and why.startswith("explore")
 
 
+def test_explorer_within_phase_starts_a_trial_only_when_it_can_end_before_the_change():
+    def explore(left, horizon=200.0):
+        return Explorer(within_phase=True).propose(SPACE, SPACE.to_array(), np.asarray([100.0, 120.0, 104.0, 90.0]), {A: 100.0},
+                                                   A, 100.0, 0.05, horizon, None, 0, left=left)
+
+    assert explore(left=11.0) is None  # 11 iterations left in these conditions: a 12-iteration trial would straddle the change
+    cfg, why, _ = explore(left=12.0)  # it fits; its gain counts from its end: 200 - 12 iterations, recurrences included
+    assert cfg == B and "over 188 left" in why
+    assert explore(left=None, horizon=11.0) is None  # no occurrence length: the horizon bounds it
+    plain = Explorer().propose(SPACE, SPACE.to_array(), np.asarray([100.0, 120.0, 104.0, 90.0]), {A: 100.0}, A, 100.0, 0.05,
+                               200.0, None, 0, left=5.0)
+    assert plain is not None and "over 200 left" in plain[1]  # off by default: left is not read
+
+
+def test_ledger_expects_what_is_left_of_this_occurrence():
+    led = Ledger(default_horizon=123)
+    assert led.left(0) == 123
+    led.observe(10, A, 100.0, False)
+    led.observe(20, A, 50.0, True)  # the first regime lasted 20 iterations
+    assert led.left(25) == pytest.approx(15.0) and led.left(45) == 0.0  # a new regime: the run's typical 20, 5 (25) spent
+    led.observe(60, A, 100.0, True)  # back: regime 0 recalled, its one occurrence lasted 20
+    assert led.current.ident == 0 and led.left(70) == pytest.approx(10.0)
+    assert led.horizon(70) == pytest.approx(10.0 + 20.0)  # and one more occurrence expected
+
+
 def test_explorer_stops_when_no_trial_pays():
     assert _explore([100.0, 80.0, 75.0, 70.0], {A: 100.0}) is None  # every candidate predicted far slower
     assert _explore([100.0, 103.0, 90.0, 90.0], {A: 100.0}, horizon=1.0) is None  # nothing left to gain it over
