@@ -67,6 +67,13 @@ class SimPredictor:
         n_iters: simulated iterations per candidate after one warm-up (1).
         match: conditions this close are the same (0.10; in [0, 1]).
         memory: conditions kept (8).
+        fit: fit the per-message cost to the speeds measured in the current
+            conditions (``log_speeds(measured=...)``), anew each time a
+            configuration is measured there for the first time; ``per_message_s``
+            is then the prior (False).
+        fit_prior: weight of the prior, in squared log ratio per squared
+            factor of 3 away from ``per_message_s`` (0.01: a factor 3 weighs as
+            a 10% ratio error; chosen on the CNN's real rows, docs/meta.md).
 
     Raises:
         ValueError: an argument out of range.

@@ -38,6 +38,8 @@ def _true_speed(cfg: Config, cluster: sim.Cluster) -> float:
     ({"n_iters": 0}, r"n_iters must be a positive integer, but got n_iters=0"),
     ({"memory": 0}, r"memory must be a positive integer, but got memory=0"),
     ({"match": 1.5}, r"match must be a number in \[0, 1\], but got match=1.5"),
+    ({"fit": 1}, r"fit must be True or False, but got fit=1"),
+    ({"fit_prior": -0.1}, r"fit_prior must be a non-negative number, but got fit_prior=-0.1"),
 ])
 def test_sim_predictor_refuses_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -81,6 +83,34 @@ def test_sim_predictor_simulates_once_per_regime_and_resumes_the_same():
     q.load_state_dict(state)  # the restored predictor simulates the window it was built from, not the one it is given
     assert np.allclose(q.log_speeds(_window(SPACE[0], FAST_LINK), SPACE[0], eq.ids, refresh=False), first)
     assert SimPredictor(SPACE).state_dict() == {"conditions": []}
+
+
+def test_the_fit_finds_the_per_message_cost_of_the_system_it_runs_on():
+    # the system pays 10 ms per message (the predictor assumes 1 ms): two measured configurations that send
+    # different numbers of messages tell it so, and the rest of the space is predicted closer
+    costly = sim.Cluster(2, "allreduce", bw_up_Bps=50e6, bw_down_Bps=50e6, per_message_s=1e-2, jitter=0.0)
+    start, other = Config(4 * MiB, 16 * MiB), Config(256 * KiB, MiB)
+    eq = Equivalence(SPACE)
+    eq.update(MODEL.layer_bytes)
+    true = np.array([_true_speed(c, costly) for c in SPACE])
+    measured = {start: true[SPACE.index(start)], other: true[SPACE.index(other)]}
+    f = _window(start, costly)
+
+    def error(p):
+        ls = p.log_speeds(f, start, eq.ids, refresh=True, measured=measured)
+        ratio = np.exp(ls - ls[SPACE.index(start)]) / (true / true[SPACE.index(start)])
+        return float(np.mean(np.abs(ratio - 1)))
+
+    plain, fitted = SimPredictor(SPACE), SimPredictor(SPACE, fit=True)
+    assert error(fitted) < 0.5 * error(plain), (error(fitted), error(plain))
+    assert 3e-3 <= fitted._kept[-1].per_message_s <= 3e-2
+    runs = fitted.n_runs
+    fitted.log_speeds(f, start, eq.ids, refresh=False, measured=dict(measured))  # nothing new measured: no refit
+    assert fitted.n_runs == runs
+    # one measured configuration, or two that send as many messages, keep the default
+    one = SimPredictor(SPACE, fit=True)
+    one.log_speeds(f, start, eq.ids, refresh=True, measured={start: measured[start]})
+    assert one._kept[-1].per_message_s == 1e-3
 
 
 def test_sim_predictor_refuses_a_window_without_traffic():
