@@ -28,8 +28,8 @@ def _variant(**fixed: Any) -> Callable[..., Tuner]:
     return factory
 
 
-def _with(factory: Callable[..., Tuner], **attributes: bool) -> Callable[..., Tuner]:
-    """The tuner with attributes the controller reads set (``settle``, ``refuge``)."""
+def _with(factory: Callable[..., Tuner], **attributes: Any) -> Callable[..., Tuner]:
+    """The tuner with attributes the controller reads set (``settle``, ``refuge``, ``rate_rise``)."""
     def make(*args: Any, **kwargs: Any) -> Tuner:
         tuner = factory(*args, **kwargs)
         for name, value in attributes.items():
@@ -132,3 +132,6 @@ register_tuner("static-1m-4x", _static_at(1 << 20, 4 << 20))
 register_tuner("switch-1m-4x", _switch_to(1 << 20, 4 << 20))
 # stop 28: a trial starts only when it can end before the conditions are expected to change (Explorer within_phase)
 register_tuner("autobyte-within", _variant(within_phase=True))
+# stop 28: the detector also takes a rise of the achieved link rate by half (past what configurations of partitions as
+# large achieved in this regime) as a faster link, whatever the configuration
+register_tuner("autobyte-rate", _with(_variant(), rate_rise=0.5))

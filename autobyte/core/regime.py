@@ -58,28 +58,49 @@ class RegimeDetector:
     runs, the tuner told of a change one check later lost more than the
     clean reference won (docs/benchmarks.md, 7.6).
 
+    With ``rate_rise``, a second signal that does not need the configuration
+    measured before: the link rate a window achieved (payload bytes over the
+    time messages were in flight) is at most what the link gives, so a
+    window that achieves more than ``1 + rate_rise`` times every rate
+    achieved in this regime by configurations of partitions at least as
+    large (small partitions achieve less of the link) shows a faster link,
+    whatever configuration runs. A slower link cannot be told this way (a
+    configuration of small partitions achieves less of any link).
+
     Args:
         threshold: relative speed change of one configuration that counts as a
             change of conditions (0.15: above what a window's noise does on a
             shared host, below what a link change does).
         settle: drop the measurement that shows a change (see above; False).
+        rate_rise: relative rise of the achieved link rate that shows a
+            faster link (see above); ``None`` (default): not read.
 
     Raises:
-        ValueError: ``threshold`` not in (0, 10), or ``settle`` not a bool.
+        ValueError: ``threshold`` not in (0, 10), ``settle`` not a bool, or
+            ``rate_rise`` not ``None`` nor in (0, 100).
     """
 
-    def __init__(self, threshold: float = 0.15, settle: bool = False) -> None:
+    def __init__(self, threshold: float = 0.15, settle: bool = False, rate_rise: float | None = None) -> None:
         self.threshold = _check_fraction("threshold", threshold, 10.0)
         if not isinstance(settle, bool):
             raise ValueError(f"settle must be True or False, but got settle={settle!r}.")
         self.settle = settle
+        self.rate_rise = None if rate_rise is None else _check_fraction("rate_rise", rate_rise, 100.0)
         #: last measured speed of each configuration in the current regime
         self.last: dict[Config, float] = {}
+        #: highest link rate each configuration achieved in the current regime (with ``rate_rise``)
+        self.rates: dict[Config, float] = {}
         #: a change was seen and the measurement that showed it dropped: the next one starts the new regime
         self.settling = False
 
-    def observe(self, config: Config, speed: float) -> bool:
-        """Record ``config`` at ``speed``; ``True`` when a new regime starts with this measurement.
+    def _rate_rose(self, config: Config, rate: float | None) -> bool:
+        if self.rate_rise is None or rate is None or not rate > 0:
+            return False
+        seen = [r for c, r in self.rates.items() if c.partition_bytes >= config.partition_bytes]
+        return bool(seen) and rate > max(seen) * (1.0 + self.rate_rise)
+
+    def observe(self, config: Config, speed: float, rate: float | None = None) -> bool:
+        """Record ``config`` at ``speed`` (achieving link ``rate``, bytes/s); ``True`` when a new regime starts with this measurement.
 
         Without ``settle`` that is the measurement that shows a change. With
         it, that measurement returns ``False`` and leaves :attr:`settling` set
@@ -89,24 +110,32 @@ class RegimeDetector:
         if self.settling:
             self.settling = False
             self.last = {config: speed}
+            self.rates = {} if rate is None or not rate > 0 else {config: rate}
             return True
         before = self.last.get(config)
         changed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
+        changed = changed or self._rate_rose(config, rate)
         if changed:
             self.last = {}
+            self.rates = {}
             if self.settle:
                 self.settling = True
                 return False
         self.last[config] = speed
+        if self.rate_rise is not None and rate is not None and rate > 0:
+            self.rates[config] = max(rate, self.rates.get(config, 0.0))
         return changed
 
     def state_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "settle": self.settle, "settling": self.settling,
-                "last": [_cfg(c) + [v] for c, v in self.last.items()]}
+                "last": [_cfg(c) + [v] for c, v in self.last.items()],
+                "rates": [_cfg(c) + [v] for c, v in self.rates.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "last" in state:
             self.last = {Config(int(p), int(c)): float(v) for p, c, v in state["last"]}
+        if "rates" in state:
+            self.rates = {Config(int(p), int(c)): float(v) for p, c, v in state["rates"]}
         self.settling = bool(state.get("settling", False))
 
 

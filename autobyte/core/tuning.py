@@ -91,6 +91,9 @@ class Tuner(abc.ABC):
     #: whether a trip of the do-no-harm guard goes to the fastest configuration measured in the
     #: current conditions when it beat the start, instead of the start (:class:`~autobyte.core.regime.HarmGuard`)
     refuge: bool = False
+    #: relative rise of the achieved link rate that the controller's detector takes as a faster link, whatever
+    #: the configuration (:class:`~autobyte.core.regime.RegimeDetector` ``rate_rise``); ``None`` (default): not read
+    rate_rise: float | None = None
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""
@@ -240,7 +243,8 @@ class Controller:
         #: windows handed to the tuner so far (a check that completes one increments it)
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
-        self.detector = RegimeDetector(rc, settle=getattr(self.tuner, "settle", False)) if rc is not None else None
+        self.detector = RegimeDetector(rc, settle=getattr(self.tuner, "settle", False),
+                                       rate_rise=getattr(self.tuner, "rate_rise", None)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span,
                                                                       refuge=getattr(self.tuner, "refuge", False))
@@ -282,7 +286,8 @@ class Controller:
         except ValueError as exc:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
-        changed = self.detector.observe(self.current, speed) if self.detector is not None else False
+        rate = min(w.bandwidth_Bps for w in windows)  # the slowest rank's achieved link rate (0: no message)
+        changed = self.detector.observe(self.current, speed, rate) if self.detector is not None else False
         if self.detector is not None and self.detector.settling and self.tuning:
             # conditions changed inside this check: it belongs to neither regime (the guard,
             # the window and the tuner start again from the next check, wholly in the new one)

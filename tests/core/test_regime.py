@@ -34,6 +34,36 @@ def test_the_measurement_that_shows_a_change_belongs_to_neither_regime():
     assert not d.observe(B, 21.0)  # compared with the clean 20, not the mixed 30: no second change
 
 
+def test_a_faster_link_shows_on_a_configuration_never_measured_here():
+    small, C = Config(256 * KiB, MiB), Config(2 * MiB, 2 * MiB)
+    d = RegimeDetector(0.15, rate_rise=0.5)
+    assert not d.observe(B, 100.0, rate=60e6)  # 4 MiB partitions achieve 60 MB/s of a slow link
+    assert not d.observe(small, 80.0, rate=30e6)  # smaller partitions achieve less of it: no change
+    assert not d.observe(B, 101.0, rate=80e6)  # +33%: within what windows vary by
+    assert d.observe(C, 150.0, rate=130e6)  # 2 MiB achieving 1.6x the most 4 MiB did: the link got faster
+    assert d.last == {C: 150.0} and d.rates == {C: 130e6}  # the new regime starts from it
+    assert not d.observe(Config(16 * MiB, 16 * MiB), 160.0, rate=400e6)  # larger than anything seen here: not comparable
+    assert not d.observe(C, 151.0, rate=300e6)  # 2.3x C's own, but under 1.5x what 16 MiB achieved
+
+
+def test_the_rate_signal_is_off_by_default_and_kept_in_the_state():
+    d = RegimeDetector(0.15)
+    assert not d.observe(B, 100.0, rate=60e6) and not d.observe(A, 150.0, rate=600e6)  # not read
+    assert d.rates == {}
+    d = RegimeDetector(0.15, rate_rise=0.5)
+    d.observe(B, 100.0, rate=60e6)
+    e = RegimeDetector(0.15, rate_rise=0.5)
+    e.load_state_dict(json.loads(json.dumps(d.state_dict())))
+    assert e.rates == {B: 60e6} and e.observe(A, 150.0, rate=100e6)  # 1 MiB achieving 1.67x what 4 MiB did
+    assert not RegimeDetector(0.15, rate_rise=0.5).observe(A, 1.0, rate=0.0)  # no message: no rate
+
+
+@pytest.mark.parametrize("bad", [0, -1, 100, float("inf"), True, "0.5"])
+def test_detector_rejects_a_bad_rate_rise(bad):
+    with pytest.raises(ValueError, match=r"rate_rise must be a number in \(0, 100\), but got rate_rise="):
+        RegimeDetector(0.15, rate_rise=bad)
+
+
 def test_detector_state_round_trips():
     d = RegimeDetector()
     d.observe(A, 100.0)
