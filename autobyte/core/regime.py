@@ -94,7 +94,7 @@ class RegimeDetector:
         self.settling = False
 
     def _rate_rose(self, config: Config, rate: float | None) -> bool:
-        if self.rate_rise is None or rate is None or not rate > 0:
+        if self.rate_rise is None or rate is None:
             return False
         seen = [r for c, r in self.rates.items() if c.partition_bytes >= config.partition_bytes]
         return bool(seen) and rate > max(seen) * (1.0 + self.rate_rise)
@@ -107,10 +107,12 @@ class RegimeDetector:
         (the caller drops it: it mixes both regimes); the next one returns
         ``True``.
         """
+        if self.rate_rise is None or rate is None or not rate > 0:
+            rate = None  # not read, or no message sent: no rate
         if self.settling:
             self.settling = False
             self.last = {config: speed}
-            self.rates = {} if rate is None or not rate > 0 else {config: rate}
+            self.rates = {} if rate is None else {config: rate}
             return True
         before = self.last.get(config)
         changed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
@@ -122,7 +124,7 @@ class RegimeDetector:
                 self.settling = True
                 return False
         self.last[config] = speed
-        if self.rate_rise is not None and rate is not None and rate > 0:
+        if rate is not None:
             self.rates[config] = max(rate, self.rates.get(config, 0.0))
         return changed
 

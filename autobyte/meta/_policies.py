@@ -468,10 +468,10 @@ class Ledger:
         The time left in this occurrence (:meth:`left`) plus, for a regime
         that came back before, as many more occurrences as it has had.
         """
-        ended = [d for r in self.regimes for d in r.durations]
-        if not ended:
+        typical = self._typical()
+        if typical is None:
             return float(self.default_horizon)
-        return self.left(iteration) + len(self.current.durations) * float(np.median(self.current.durations or ended))
+        return self.left(iteration) + len(self.current.durations) * typical
 
     def left(self, iteration: int) -> float:
         """Iterations this occurrence of the regime is expected to last from now.
@@ -480,10 +480,15 @@ class Ledger:
         regime's, for a new one), less the time already spent in this one;
         ``default_horizon`` before any regime ended.
         """
-        ended = [d for r in self.regimes for d in r.durations]
-        if not ended:
+        typical = self._typical()
+        if typical is None:
             return float(self.default_horizon)
-        return max(0.0, float(np.median(self.current.durations or ended)) - (iteration - self.current.started))
+        return max(0.0, typical - (iteration - self.current.started))
+
+    def _typical(self) -> float | None:
+        """The median length of this regime's past occurrences (every regime's, for a new one); ``None`` before any ended."""
+        ended = [d for r in self.regimes for d in r.durations]
+        return float(np.median(self.current.durations or ended)) if ended else None
 
     def state_dict(self) -> dict[str, Any]:
         return {"regimes": [r.to_dict() for r in self.regimes], "current": self.current.ident, "next": self._next,

@@ -173,10 +173,15 @@ class SimPredictor:
         """
         anchor = cur.measured.get(cur.config, float(np.sum(cur.features.speed)))
         others = {c: v for c, v in cur.measured.items() if c != cur.config and v > 0}
-        if not self.fit or not others or not anchor > 0:
-            return self._build(cur.features, cur.config, self.per_message_s), self.per_message_s
-        target = {c: math.log(v / anchor) for c, v in others.items()}
         tried: dict[float, tuple[float, tuple[Any, Any]]] = {}
+
+        def default() -> tuple[tuple[Any, Any], float]:
+            pm = self.per_message_s
+            return (tried[pm][1] if pm in tried else self._build(cur.features, cur.config, pm)), pm
+
+        if not self.fit or not others or not anchor > 0:
+            return default()
+        target = {c: math.log(v / anchor) for c, v in others.items()}
 
         def sse(pm: float) -> float:
             if pm not in tried:
@@ -189,7 +194,7 @@ class SimPredictor:
         errs = [sse(pm) for pm in FIT_GRID_S]
         k = int(np.argmin(errs))
         if max(errs) - min(errs) < 1e-6:  # the measured configurations cannot tell the costs apart
-            return self._build(cur.features, cur.config, self.per_message_s), self.per_message_s
+            return default()  # (built once already when the default is one of the grid's)
         for j in (k - 1, k + 1):
             if 0 <= j < len(FIT_GRID_S):
                 sse(math.sqrt(FIT_GRID_S[j] * FIT_GRID_S[k]))
