@@ -135,3 +135,9 @@ register_tuner("autobyte-within", _variant(within_phase=True))
 # stop 28: the detector also takes a rise of the achieved link rate by half (past what configurations of partitions as
 # large achieved in this regime) as a faster link, whatever the configuration
 register_tuner("autobyte-rate", _with(_variant(), rate_rise=0.5))
+# stop 29: the tuner before answer_at_check (a verify or recall window judged at its first check) and clean_check
+# (a clean check of a measured configuration judges a held surprise as the predictor's), and each alone
+register_tuner("autobyte-stop28", _variant(answer_at_check=False, clean_check=False))
+register_tuner("autobyte-answer", _variant(clean_check=False))
+register_tuner("autobyte-clean", _variant(answer_at_check=False))
+register_tuner("autobyte-stop28-rate", _with(_variant(answer_at_check=False, clean_check=False), rate_rise=0.5))

@@ -278,6 +278,18 @@ class AutoByteTuner(Tuner):
             conditions are expected to change, and its gain counts from its
             end (:class:`~autobyte.meta._policies.Explorer`); ``False``
             (default): any time, gains over the whole horizon.
+        answer_at_check: a window run to answer a question (the verifier's
+            re-measurement of the configuration a surprising trial left, a
+            recall probe) is judged at its first check when that check shows
+            no change of conditions: the detector compared the configuration
+            with its last measurement there, which is the answer; the rest of
+            the window would only re-measure it (True). ``False``: such a
+            window runs whole.
+        clean_check: a check of a configuration measured in this regime that
+            shows no change, after a surprising measurement, judges the
+            surprise as the predictor's (as a window would); without it a
+            change seen after that check could be taken to account for the
+            surprise and move the measurement to the new conditions (True).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -320,6 +332,8 @@ class AutoByteTuner(Tuner):
         time_units: bool = False,
         predictor: str = "network",
         within_phase: bool = False,
+        answer_at_check: bool = True,
+        clean_check: bool = True,
     ) -> None:
         if predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
@@ -358,6 +372,8 @@ class AutoByteTuner(Tuner):
         self.tail = bool(tail)
         self.debias = bool(debias)
         self.payoff = bool(payoff)
+        self.answer_at_check = bool(answer_at_check)
+        self.clean_check = bool(clean_check)
         self._reset()
 
     def _reset(self) -> None:
@@ -369,6 +385,7 @@ class AutoByteTuner(Tuner):
         # a surprising measurement not yet judged: config, prediction, speed, raw log ratio, anchor, window share
         self._held: tuple[Config, float, float, float, float, float] | None = None
         self._left: Config | None = None  # the configuration the last decision left
+        self._asked: Config | None = None  # the configuration the last decision runs to answer a question (verify, recall)
         self._last_job: np.ndarray | None = None
         self.errors: list[float] = []  # relative errors of checked predictions
         self.cpu_s = 0.0
@@ -397,6 +414,7 @@ class AutoByteTuner(Tuner):
         if not hasattr(self, "scorer"):
             raise RuntimeError("AutoByteTuner.observe called before start(space, initial).")
         self._window += 1
+        self._asked = None
         recorded = self._record(obs)
         if recorded is None:
             return None
@@ -417,11 +435,12 @@ class AutoByteTuner(Tuner):
             return self._decide(obs, move[0], move[1], measured[move[0]])
         check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed) if self.verify else None
         if check is not None:
-            return self._decide(obs, check[0], check[1], measured.get(check[0], obs.speed))
+            return self._decide(obs, check[0], check[1], measured.get(check[0], obs.speed), asks=True)
         probe = self.ledger.probe(obs.config) if obs.regime_changed else None
         if probe is not None:
             return self._decide(obs, probe, f"recall: new conditions; {probe}, the fastest in the conditions seen last, "
-                                            f"tells whether they are back", float(sc.predicted[self.space.index(probe)]) if probe in self.space else obs.speed)
+                                            f"tells whether they are back", float(sc.predicted[self.space.index(probe)]) if probe in self.space else obs.speed,
+                                asks=True)
         if self.explore:
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
@@ -526,9 +545,21 @@ class AutoByteTuner(Tuner):
     def _check(self, obs: Observation) -> Decision | None:
         if not hasattr(self, "scorer"):
             raise RuntimeError("AutoByteTuner.check called before start(space, initial).")
+        if not self.enabled or obs.regime_changed or not (math.isfinite(obs.speed) and obs.speed > 0):
+            return None
+        if (self.clean_check and self._held is not None and self._held[0] != obs.config
+                and obs.config in self.ledger.current.measured):
+            # measured again here without a change: conditions did not change since the surprise, which was the predictor's
+            held, self._held = self._held, None
+            self.errors.append(self.scorer.checked(*held[1:5]))
+        if self.answer_at_check and self._asked == obs.config:
+            # a verification: the detector compared this configuration with its last measurement here and saw no
+            # change; a recall probe: the ledger compares its speed with the past regimes' (on recording it)
+            d = self._observe(obs)
+            return d if d is not None else Decision(
+                obs.config, f"answered: {obs.config} judged on one check ({obs.speed:.1f} samples/s)", obs.speed)
         trial = self._trial
-        if (trial is None or trial[0] != obs.config or not self.enabled or obs.regime_changed
-                or not (math.isfinite(obs.speed) and obs.speed > 0)):
+        if trial is None or trial[0] != obs.config:
             return None  # only a trial this tuner started, and is running, is acted on
         measured = self.ledger.current.speeds(self.ledger.stale_windows)
         abort = self.aborter.propose(trial, obs.config, obs.speed, measured) if self.aborter is not None else None
@@ -556,8 +587,9 @@ class AutoByteTuner(Tuner):
                                 f"{horizon:.0f} iterations expected left in these conditions", obs.speed)
         return None  # the trial goes on; nothing recorded (the whole window will be)
 
-    def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float) -> Decision:
+    def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float, asks: bool = False) -> Decision:
         self._left = obs.config
+        self._asked = cfg if asks else None
         _log.info("autobyte: window %d, %s -> %s: %s", self._window, obs.config, cfg, reason)
         return Decision(cfg, reason, predicted)
 
@@ -599,6 +631,7 @@ class AutoByteTuner(Tuner):
             "last_pred": None if self._last_pred is None else [cfg(self._last_pred[0]), _arr(self._last_pred[1]),
                                                                 _arr(self._last_pred[2]), self._last_pred[3]],
             "left": cfg(self._left),
+            "asked": cfg(self._asked),
             "last_job": None if self._last_job is None else _arr(self._last_job),
             "errors": list(self.errors),
             "n_decisions": self.n_decisions,
@@ -644,6 +677,8 @@ class AutoByteTuner(Tuner):
             self._last_pred = None if t is None else (cfg(t[0]), _unarr(t[1]), _unarr(t[2]), float(t[3]))  # type: ignore[assignment]
         if "left" in state:
             self._left = cfg(state["left"])
+        if "asked" in state:
+            self._asked = cfg(state["asked"])
         if "last_job" in state:
             self._last_job = None if state["last_job"] is None else _unarr(state["last_job"])
         if "errors" in state:
