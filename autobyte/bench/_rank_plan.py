@@ -43,7 +43,7 @@ def iteration_plan(spec: dict[str, Any]) -> tuple[int, dict[int, Config], list[t
 def decision_row(out: Any) -> dict[str, Any]:
     """One ``decisions.jsonl`` row of a :class:`~autobyte.core.window.WindowOutcome`: the config in force, the
     decision's reason and predicted speed when one was made, the observed speed, and ``regime_changed`` at the
-    check where the tuner heard of a change of conditions.
+    check where the tuner heard of a change of conditions (with ``regime_rule``: which rule of the detector saw it).
 
     The reason is the whole one from rank 0's controller history when the outcome carries that entry (the
     decision message between ranks holds its first ``REASON_BYTES`` bytes only)."""
@@ -56,6 +56,9 @@ def decision_row(out: Any) -> dict[str, Any]:
     row["observed_speed"] = out.speed
     if out.regime_changed:
         row["regime_changed"] = True
+        rule = (out.entry or {}).get("regime_rule")
+        if rule is not None:
+            row["regime_rule"] = rule  # which rule of the detector saw it: "speed" or "rate"
     return row
 
 

@@ -92,6 +92,9 @@ class RegimeDetector:
         self.rates: dict[Config, float] = {}
         #: a change was seen and the measurement that showed it dropped: the next one starts the new regime
         self.settling = False
+        #: what showed the last change: ``"speed"`` (a configuration measured again ran ``threshold`` away),
+        #: ``"rate"`` (the achieved link rate rose by ``rate_rise``); ``None`` before any
+        self.rule: str | None = None
 
     def _rate_rose(self, config: Config, rate: float | None) -> bool:
         if self.rate_rise is None or rate is None:
@@ -115,9 +118,10 @@ class RegimeDetector:
             self.rates = {} if rate is None else {config: rate}
             return True
         before = self.last.get(config)
-        changed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
-        changed = changed or self._rate_rose(config, rate)
+        by_speed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
+        changed = by_speed or self._rate_rose(config, rate)
         if changed:
+            self.rule = "speed" if by_speed else "rate"
             self.last = {}
             self.rates = {}
             if self.settle:
@@ -129,7 +133,7 @@ class RegimeDetector:
         return changed
 
     def state_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "settle": self.settle, "settling": self.settling,
+        return {"threshold": self.threshold, "settle": self.settle, "settling": self.settling, "rule": self.rule,
                 "last": [_cfg(c) + [v] for c, v in self.last.items()],
                 "rates": [_cfg(c) + [v] for c, v in self.rates.items()]}
 
@@ -139,6 +143,8 @@ class RegimeDetector:
         if "rates" in state:
             self.rates = {Config(int(p), int(c)): float(v) for p, c, v in state["rates"]}
         self.settling = bool(state.get("settling", False))
+        rule = state.get("rule", self.rule)
+        self.rule = None if rule is None else str(rule)
 
 
 class HarmGuard:

@@ -315,7 +315,8 @@ class Controller:
             self.n_windows += 1
             return self._record(iteration, speed, decision, windows[0].n_iters, {"check": True})
         checks, self._pending = self._pending, []
-        extra: dict[str, Any] = {"regime_changed": True} if changed else {}
+        # which rule of the detector saw the change (the speed of a configuration measured again, or the link rate)
+        extra: dict[str, Any] = {"regime_changed": True, "regime_rule": self.detector.rule} if changed and self.detector is not None else {}
         try:
             if len({len(p) for p in checks}) != 1:
                 raise ValueError("the number of ranks changed inside the window")

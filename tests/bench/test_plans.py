@@ -93,3 +93,7 @@ def test_decision_row_keeps_what_a_window_outcome_says():
     assert decision_row(cut)["reason"] == long
     other = dict(entry, new_config=a.to_dict())  # an entry about another move: not this decision's reason
     assert decision_row(WindowOutcome(19, True, True, DecisionRecord(20, a, b, "short", 1.0, 1.0), b, 20, entry=other))["reason"] == "short"
+    # the rule of the detector that saw a change travels from the history entry to the row
+    seen = WindowOutcome(24, True, True, None, b, 24, speed=30.0, regime_changed=True,
+                         entry={"iteration": 24, "regime_changed": True, "regime_rule": "rate"})
+    assert decision_row(seen)["regime_rule"] == "rate" and "regime_rule" not in decision_row(moved)

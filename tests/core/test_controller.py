@@ -104,7 +104,7 @@ def test_a_speed_jump_under_one_config_is_acted_on_at_once():
     d = c.decide(19, [_w(60, 5)])  # 40% slower half a window later: conditions changed
     assert len(t.seen) == 2 and t.seen[1].regime_changed and t.seen[1].speed == pytest.approx(60)
     assert t.seen[1].features.layer_time_s.shape == (2, 1) and c.history[-1]["iterations"] == 5
-    assert c.history[-1]["regime_changed"] is True
+    assert c.history[-1]["regime_changed"] is True and c.history[-1]["regime_rule"] == "speed"
     assert d is not None and d.config == SPACE[1]
     # after a reconfiguration, the first check has nothing to compare with
     c.applied(20, d.config)

@@ -19,8 +19,10 @@ def test_detector_compares_a_config_with_itself_only():
     assert not d.observe(A, 100.0)
     assert not d.observe(B, 40.0)  # another config, slower: not a change
     assert not d.observe(A, 110.0)  # +10%: noise
+    assert d.rule is None
     assert d.observe(B, 20.0)  # B again, half as fast: conditions changed
     assert d.last == {B: 20.0} and not d.settling  # the regime starts afresh, from this measurement
+    assert d.rule == "speed"  # what showed it
     assert not d.observe(A, 50.0)  # A is new to this regime
 
 
@@ -41,7 +43,7 @@ def test_a_faster_link_shows_on_a_configuration_never_measured_here():
     assert not d.observe(small, 80.0, rate=30e6)  # smaller partitions achieve less of it: no change
     assert not d.observe(B, 101.0, rate=80e6)  # +33%: within what windows vary by
     assert d.observe(C, 150.0, rate=130e6)  # 2 MiB achieving 1.6x the most 4 MiB did: the link got faster
-    assert d.last == {C: 150.0} and d.rates == {C: 130e6}  # the new regime starts from it
+    assert d.last == {C: 150.0} and d.rates == {C: 130e6} and d.rule == "rate"  # the new regime starts from it
     assert not d.observe(Config(16 * MiB, 16 * MiB), 160.0, rate=400e6)  # larger than anything seen here: not comparable
     assert not d.observe(C, 151.0, rate=300e6)  # 2.3x C's own, but under 1.5x what 16 MiB achieved
 
@@ -55,6 +57,9 @@ def test_the_rate_signal_is_off_by_default_and_kept_in_the_state():
     e = RegimeDetector(0.15, rate_rise=0.5)
     e.load_state_dict(json.loads(json.dumps(d.state_dict())))
     assert e.rates == {B: 60e6} and e.observe(A, 150.0, rate=100e6)  # 1 MiB achieving 1.67x what 4 MiB did
+    f = RegimeDetector(0.15, rate_rise=0.5)
+    f.load_state_dict(json.loads(json.dumps(e.state_dict())))
+    assert f.rule == "rate"
     assert not RegimeDetector(0.15, rate_rise=0.5).observe(A, 1.0, rate=0.0)  # no message: no rate
 
 

@@ -550,6 +550,75 @@ def test_a_surprise_the_change_does_not_explain_stays_where_it_was_measured(fres
     assert old.measured[GRID[0]][0] == pytest.approx(trial_speed * base) and GRID[0] not in new.measured
 
 
+def _verifying(t: AutoByteTuner):
+    """Up to the verifier's decision: a trial 3x its predicted 1.2x of ``cur`` sends the run back to ``cur`` to check."""
+    cur = t.start(GRID, GRID[4])
+    win = _window(cur, FAST, 0)
+    t.observe(win)
+    base = t.ledger.current.measured[cur][0]
+    t._last_pred = (cur, np.full(len(GRID), base * 1.2), np.zeros(len(GRID)), base)
+    t._trial, t._left = (GRID[0], base * 1.2, cur), cur
+    d = t.observe(Observation(20, GRID[0], base * 3.0, _window(GRID[0], FAST, 1).features))
+    assert d is not None and d.config == cur and d.reason.startswith("verify"), d
+    return cur, win, base
+
+
+def test_a_verification_is_answered_at_its_first_check(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur, win, base = _verifying(t)
+    assert t._asked == cur
+    # the first check of the re-measured configuration runs as it did: conditions unchanged, back to the trial
+    d = t.check(Observation(25, cur, base * 1.01, win.features, window_share=0.5))
+    assert d is not None and d.config == GRID[0] and d.reason.startswith("rollback"), d
+    assert t.ledger.current.measured[cur][1] == pytest.approx(1.5)  # the check counted as half a window
+    assert t._asked is None and t.check(Observation(30, GRID[0], base * 3.0, win.features, window_share=0.5)) is None
+    whole = AutoByteTuner(fresh_net, background=False, answer_at_check=False)
+    cur, win, base = _verifying(whole)
+    assert whole.check(Observation(25, cur, base * 1.01, win.features, window_share=0.5)) is None  # the window runs on
+
+
+def test_a_recall_probe_is_answered_at_its_first_check(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    t.start(GRID, GRID[4])
+    lo, hi = _window(GRID[4], SLOW, 0), _window(GRID[4], FAST, 1)
+    t.observe(lo)
+    t.observe(Observation(20, GRID[8], lo.speed * 1.3, lo.features))  # a faster configuration measured in the slow regime
+    t.observe(Observation(30, GRID[4], hi.speed, hi.features, regime_changed=True))
+    d = t.observe(Observation(40, GRID[4], lo.speed * 0.6, lo.features, regime_changed=True))  # a third set of conditions
+    assert d is not None and d.config == GRID[8] and d.reason.startswith("recall"), d
+    # the probe runs as it did in the first regime: that one is back, and what was measured there counts at once
+    d = t.check(Observation(45, GRID[8], lo.speed * 1.3, lo.features, window_share=0.5))
+    assert d is not None and t.ledger.recalled is not None and t.ledger.current.ident == 0, d
+
+
+def test_a_clean_check_judges_a_held_surprise_before_a_later_change(fresh_net):
+    # the verification runs whole (answer_at_check off): its first check, clean, shows the surprise was the
+    # predictor's; a change seen at the end of the window, however well it would account for the surprise, came after
+    t = AutoByteTuner(fresh_net, background=False, answer_at_check=False)
+    cur, win, base = _verifying(t)
+    n = len(t.errors)
+    assert t.check(Observation(25, cur, base, win.features, window_share=0.5)) is None
+    assert t._held is None and len(t.errors) == n + 1
+    old = t.ledger.current
+    t.observe(Observation(30, cur, base * 3.2, win.features, regime_changed=True))
+    assert old.measured[GRID[0]][0] == pytest.approx(3.0 * base) and GRID[0] not in t.ledger.current.measured
+    # without the rule the held surprise is refiled into the new conditions
+    off = AutoByteTuner(fresh_net, background=False, answer_at_check=False, clean_check=False)
+    cur, win, base = _verifying(off)
+    off.check(Observation(25, cur, base, win.features, window_share=0.5))
+    off.observe(Observation(30, cur, base * 3.2, win.features, regime_changed=True))
+    assert GRID[0] in off.ledger.current.measured
+
+
+def test_asked_round_trips_in_the_state(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    cur, _, _ = _verifying(t)
+    r = AutoByteTuner(fresh_net, background=False)
+    r.start(GRID, GRID[4])
+    r.load_state_dict(json.loads(json.dumps(t.state_dict())))
+    assert r._asked == cur
+
+
 def test_held_state_round_trips_and_an_old_state_drops_it(fresh_net):
     t = AutoByteTuner(fresh_net, background=False)
     t.start(GRID, GRID[4])
