@@ -141,3 +141,7 @@ register_tuner("autobyte-stop28", _variant(answer_at_check=False, clean_check=Fa
 register_tuner("autobyte-answer", _variant(clean_check=False))
 register_tuner("autobyte-clean", _variant(answer_at_check=False))
 register_tuner("autobyte-stop28-rate", _with(_variant(answer_at_check=False, clean_check=False), rate_rise=0.5))
+# stop 29: the check that shows a change is kept by no one (detector, guard, ledger: it mixes both regimes), but the
+# tuner is told at once (settle="notify") and can probe for a past regime; alone and with the achieved-rate signal
+register_tuner("autobyte-notify", _with(_variant(), settle="notify"))
+register_tuner("autobyte-notify-rate", _with(_variant(), settle="notify", rate_rise=0.5))

@@ -59,6 +59,8 @@ def decision_row(out: Any) -> dict[str, Any]:
         rule = (out.entry or {}).get("regime_rule")
         if rule is not None:
             row["regime_rule"] = rule  # which rule of the detector saw it: "speed" or "rate"
+        if (out.entry or {}).get("mixed"):
+            row["mixed"] = True  # the tuner heard of it at the check that showed it, a mix of both regimes
     return row
 
 

@@ -52,6 +52,11 @@ class Observation:
             a window the do-no-harm guard cut short, given to
             :meth:`Tuner.observe`). A tuner that averages measurements can
             weigh them by it.
+        mixed: the check that showed the change of conditions, given at once
+            to a tuner with ``settle = "notify"``: conditions changed somewhere
+            inside it, so ``speed`` belongs to neither regime (not a
+            measurement to keep); ``regime_changed`` is set, and the next
+            check, wholly in the new conditions, comes without it.
     """
 
     iteration: int
@@ -61,6 +66,7 @@ class Observation:
     regime_changed: bool = False
     harm_allowance: float | None = None
     window_share: float = 1.0
+    mixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,10 @@ class Tuner(abc.ABC):
     guarded: bool = True
     #: whether the check that shows a change of conditions is dropped (it mixes both
     #: regimes) and the tuner told at the next one (:class:`~autobyte.core.regime.RegimeDetector`;
-    #: off by default: measured slower on real runs, docs/benchmarks.md 7.6)
-    settle: bool = False
+    #: off by default: measured slower on real runs, docs/benchmarks.md 7.6); ``"notify"``: dropped
+    #: the same way (no reference of the detector, no cost of the guard, no window), but the tuner is
+    #: told at once, with ``Observation.mixed`` set, and not again at the next check
+    settle: bool | str = False
     #: whether a trip of the do-no-harm guard goes to the fastest configuration measured in the
     #: current conditions when it beat the start, instead of the start (:class:`~autobyte.core.regime.HarmGuard`)
     refuge: bool = False
@@ -162,6 +170,10 @@ class Controller:
     with ``settle = True`` is asked at the next check instead, on that check
     alone, and the mixed one is dropped (no window, and no reference of the
     detector, mixes two regimes; the tuner hears of the change a check later).
+    A tuner with ``settle = "notify"`` has the check dropped the same way (no
+    window, no reference of the detector, no cost of the guard) but hears of
+    the change at once, on that check with ``Observation.mixed`` set (its
+    speed is no measurement of either regime), and not again at the next.
     Changes are judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
     configuration measured again runs more than ``regime_change`` away from
     its last measurement in this regime.
@@ -206,7 +218,8 @@ class Controller:
     Raises:
         ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
             ``regime_change``, ``world_size``, ``harm_budget`` or
-            ``harm_span`` out of range.
+            ``harm_span`` out of range, or the tuner's ``settle`` not False,
+            True or ``"notify"``.
     """
 
     tuner: Tuner
@@ -243,8 +256,12 @@ class Controller:
         #: windows handed to the tuner so far (a check that completes one increments it)
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
-        self.detector = RegimeDetector(rc, settle=getattr(self.tuner, "settle", False),
-                                       rate_rise=getattr(self.tuner, "rate_rise", None)) if rc is not None else None
+        settle = getattr(self.tuner, "settle", False)
+        if settle not in (False, True, "notify"):
+            raise ValueError(f"a tuner's settle must be False, True or 'notify', but got settle={settle!r}.")
+        #: the tuner hears of a change at the check that shows it, marked mixed (``settle = "notify"``)
+        self.notify_mixed = settle == "notify"
+        self.detector = RegimeDetector(rc, settle=bool(settle), rate_rise=getattr(self.tuner, "rate_rise", None)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span,
                                                                       refuge=getattr(self.tuner, "refuge", False))
@@ -287,21 +304,32 @@ class Controller:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
         rate = min(w.bandwidth_Bps for w in windows)  # the slowest rank's achieved link rate (0: no message)
+        told = self.detector is not None and self.detector.settling and self.notify_mixed  # at the mixed check before this one
         changed = self.detector.observe(self.current, speed, rate) if self.detector is not None else False
+        guard = self.guard if self.tuning else None
         if self.detector is not None and self.detector.settling and self.tuning:
             # conditions changed inside this check: it belongs to neither regime (the guard,
-            # the window and the tuner start again from the next check, wholly in the new one)
+            # the window and the tuner's measurements start again from the next check, wholly in the new one)
             self._pending = []
-            return None
+            if not self.notify_mixed:
+                return None
+            # the tuner hears of it now, to act on what it knows of the conditions, but keeps nothing of this speed
+            obs = Observation(iteration, self.current, speed, features, regime_changed=True, mixed=True,
+                              harm_allowance=None if guard is None else guard.allowance(),
+                              window_share=windows[0].n_iters / self.window_iters)
+            self.n_windows += 1
+            return self._record(iteration, speed, self._ask(obs, "observe"), windows[0].n_iters,
+                                {"regime_changed": True, "regime_rule": self.detector.rule, "mixed": True})
+        # a change the tuner hears of with this check (not already at the mixed check before it)
+        new_regime = changed and not told
         if changed:
             self._pending = []  # iterations of the previous regime
-        guard = self.guard if self.tuning else None
         why = None
         if guard is not None:
             guard.record(iteration, self.current, speed, windows[0].n_iters, changed)
             why = guard.trip(iteration, self.current)
         self._pending.append(list(windows))
-        if why is None and not changed and sum(p[0].n_iters for p in self._pending) < self.window_iters:
+        if why is None and not new_regime and sum(p[0].n_iters for p in self._pending) < self.window_iters:
             if not self.tuning:
                 return None
             # a window in progress: the tuner may end it here (a trial that already measures badly)
@@ -316,7 +344,7 @@ class Controller:
             return self._record(iteration, speed, decision, windows[0].n_iters, {"check": True})
         checks, self._pending = self._pending, []
         # which rule of the detector saw the change (the speed of a configuration measured again, or the link rate)
-        extra: dict[str, Any] = {"regime_changed": True, "regime_rule": self.detector.rule} if changed and self.detector is not None else {}
+        extra: dict[str, Any] = {"regime_changed": True, "regime_rule": self.detector.rule} if new_regime and self.detector is not None else {}
         try:
             if len({len(p) for p in checks}) != 1:
                 raise ValueError("the number of ranks changed inside the window")
@@ -328,7 +356,7 @@ class Controller:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None if why is None else self._record(iteration, speed, None, windows[0].n_iters, extra, why)
         n_iters = merged[0].n_iters
-        obs = Observation(iteration, self.current, speed, features, regime_changed=changed,
+        obs = Observation(iteration, self.current, speed, features, regime_changed=new_regime,
                           harm_allowance=None if guard is None else guard.allowance(),
                           window_share=min(1.0, n_iters / self.window_iters))
         self.n_windows += 1

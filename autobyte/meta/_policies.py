@@ -375,10 +375,7 @@ class Ledger:
         """
         self.recalled = None
         if changed:
-            self.current.durations.append(max(1, iteration - self.current.started))
-            self._left = self.current
-            self.current = self._new()
-            self.current.started = iteration
+            self.change(iteration)
         if self.recall and self.current.windows < self.young_windows:
             self._recall(config, speed)
         r = self.current
@@ -389,6 +386,15 @@ class Ledger:
         else:
             r.measured[config] = [self._join(m, speed, weight), m[1] + weight, float(r.windows)]
         return r
+
+    def change(self, iteration: int) -> Regime:
+        """Conditions changed at ``iteration``: the regime left is kept, a new one starts (nothing measured in it yet)."""
+        self.recalled = None
+        self.current.durations.append(max(1, iteration - self.current.started))
+        self._left = self.current
+        self.current = self._new()
+        self.current.started = iteration
+        return self.current
 
     def _join(self, m: list[float], speed: float, weight: float) -> float:
         """The average of measurement ``m`` (``[speed, windows, ...]``) with ``speed`` over ``weight`` windows
@@ -921,7 +927,7 @@ class Learner:
         when it was chosen (``None``: no prediction to check).
         """
         if changed:
-            self.recent.clear()  # windows of other conditions are no pair for this one
+            self.forget()
         cfg = np.array([[job.current.partition_bytes, job.current.credit_bytes]], dtype=np.float64)
         for past, pemb in self.recent:
             cf = candidate_features(past.layer_bytes, cfg, past.current)
@@ -932,6 +938,10 @@ class Learner:
             return False
         e, c, y = (np.array(x) for x in zip(*self.rows))
         return bool(self.adapter.start(e, c, y, background=self.background))
+
+    def forget(self) -> None:
+        """Conditions changed: windows of other conditions are no pair for the next ones."""
+        self.recent.clear()
 
     def state_dict(self) -> dict[str, Any]:
         return {"trigger": self.trigger.state_dict(), "recent": [{"layers": _arr(j.layers), "job": _arr(j.job), "layer_bytes": _arr(j.layer_bytes),

@@ -415,6 +415,8 @@ class AutoByteTuner(Tuner):
             raise RuntimeError("AutoByteTuner.observe called before start(space, initial).")
         self._window += 1
         self._asked = None
+        if obs.mixed:
+            return self._mixed(obs)
         recorded = self._record(obs)
         if recorded is None:
             return None
@@ -436,11 +438,9 @@ class AutoByteTuner(Tuner):
         check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed) if self.verify else None
         if check is not None:
             return self._decide(obs, check[0], check[1], measured.get(check[0], obs.speed), asks=True)
-        probe = self.ledger.probe(obs.config) if obs.regime_changed else None
+        probe = self._probe(obs, sc) if obs.regime_changed else None
         if probe is not None:
-            return self._decide(obs, probe, f"recall: new conditions; {probe}, the fastest in the conditions seen last, "
-                                            f"tells whether they are back", float(sc.predicted[self.space.index(probe)]) if probe in self.space else obs.speed,
-                                asks=True)
+            return probe
         if self.explore:
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
@@ -461,6 +461,39 @@ class AutoByteTuner(Tuner):
                        "best predicted %s (%.1f), no trial pays", self._window, obs.config, obs.speed, best, measured[best],
                        len(measured), self.space[int(np.argmax(sc.predicted))], float(np.max(sc.predicted)))
         return None
+
+    def _probe(self, obs: Observation, sc: Scores | None) -> Decision | None:
+        """Right after a change of conditions: run the configuration that tells whether past conditions are back.
+
+        ``sc``: this window's scores, for the probe's predicted speed (``None``: none, as after a mixed check).
+        """
+        probe = self.ledger.probe(obs.config)
+        if probe is None:
+            return None
+        predicted = float(sc.predicted[self.space.index(probe)]) if sc is not None and probe in self.space else None
+        return self._decide(obs, probe, f"recall: new conditions; {probe}, the fastest in the conditions seen last, "
+                                        f"tells whether they are back", predicted, asks=True)
+
+    def _mixed(self, obs: Observation) -> Decision | None:
+        """Conditions changed inside this check (``Observation.mixed``): a new regime starts with nothing measured.
+
+        The check's speed mixes both regimes, so nothing is kept of it: not
+        filed, not compared with a prediction, no pair for adaptation. A
+        trial running across the change measured neither regime and is
+        dropped. What can be done at once is the recall probe.
+        """
+        before = self.ledger.current
+        regime = self.ledger.change(obs.iteration)
+        self._trial = None
+        self._last_pred = None  # predictions made in the old conditions are not checked in the new ones
+        self.learner.forget()
+        self.trial_record.drop()
+        _log.info("autobyte: conditions changed inside the check at iteration %d (%s ran %.1f samples/s, a mix of "
+                  "both); new conditions (regime %d), regime %d kept for when they return.", obs.iteration,
+                  obs.config, obs.speed, regime.ident, before.ident)
+        if not self.enabled or len(self.space) == 1:
+            return None
+        return self._probe(obs, None)
 
     def _record(self, obs: Observation) -> tuple[Scores, Regime] | None:
         """A measurement of ``obs.config`` (a window, or a check that ends a trial): scored, checked, filed, learnt from.
@@ -587,7 +620,7 @@ class AutoByteTuner(Tuner):
                                 f"{horizon:.0f} iterations expected left in these conditions", obs.speed)
         return None  # the trial goes on; nothing recorded (the whole window will be)
 
-    def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float, asks: bool = False) -> Decision:
+    def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float | None, asks: bool = False) -> Decision:
         self._left = obs.config
         self._asked = cfg if asks else None
         _log.info("autobyte: window %d, %s -> %s: %s", self._window, obs.config, cfg, reason)

@@ -97,3 +97,6 @@ def test_decision_row_keeps_what_a_window_outcome_says():
     seen = WindowOutcome(24, True, True, None, b, 24, speed=30.0, regime_changed=True,
                          entry={"iteration": 24, "regime_changed": True, "regime_rule": "rate"})
     assert decision_row(seen)["regime_rule"] == "rate" and "regime_rule" not in decision_row(moved)
+    told = WindowOutcome(24, True, True, None, b, 24, speed=30.0, regime_changed=True,
+                         entry={"iteration": 24, "regime_changed": True, "regime_rule": "speed", "mixed": True})
+    assert decision_row(told)["mixed"] is True and "mixed" not in decision_row(seen)

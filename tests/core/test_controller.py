@@ -122,6 +122,25 @@ def test_a_tuner_that_settles_is_asked_at_the_check_after_the_one_that_shows_the
     assert d is not None and d.config == SPACE[1]
 
 
+def test_a_tuner_notified_of_a_mixed_check_hears_of_the_change_at_once_and_once():
+    t = _Keeps()
+    t.settle = "notify"
+    seen = t.seen
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(9, [_w(100, 10)])
+    c.decide(14, [_w(70, 5)])  # conditions changed inside this check: the tuner is told now, the speed marked mixed
+    assert len(seen) == 2 and seen[1].regime_changed and seen[1].mixed and seen[1].speed == pytest.approx(70)
+    assert c.detector.settling and c.detector.last == {}  # no reference of the detector from it
+    assert c.history[-1]["mixed"] is True and c.history[-1]["regime_changed"] is True and c.history[-1]["regime_rule"] == "speed"
+    assert c.decide(19, [_w(55, 5)]) is None and len(seen) == 2  # the next check: the new regime's reference, not told again
+    assert c.detector.last == {SPACE[0]: 55} and not c.detector.settling
+    c.decide(24, [_w(56, 5)])  # with it, a whole window of the new conditions
+    assert len(seen) == 3 and not seen[2].regime_changed and not seen[2].mixed and seen[2].speed == pytest.approx(55.5)
+    with pytest.raises(ValueError, match="a tuner's settle must be False, True or 'notify', but got settle='soon'"):
+        t.settle = "soon"
+        Controller(t, SPACE, SPACE[0], "allreduce", [400, 600])
+
+
 def test_by_default_the_mixed_check_starts_the_new_regime_and_is_its_reference():
     t = _Keeps()
     seen = t.seen

@@ -591,6 +591,26 @@ def test_a_recall_probe_is_answered_at_its_first_check(fresh_net):
     assert d is not None and t.ledger.recalled is not None and t.ledger.current.ident == 0, d
 
 
+def test_a_mixed_check_starts_a_regime_with_nothing_filed_and_probes_at_once(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    t.start(GRID, GRID[4])
+    lo, hi = _window(GRID[4], SLOW, 0), _window(GRID[4], FAST, 1)
+    t.observe(lo)
+    t.observe(Observation(20, GRID[8], lo.speed * 1.3, lo.features))  # a faster configuration of the slow regime
+    t.observe(Observation(30, GRID[4], hi.speed, hi.features, regime_changed=True))  # fast conditions: regime 1
+    t._trial = (GRID[0], hi.speed, GRID[4])  # a trial under way when the conditions change again
+    n, rows = len(t.ledger.regimes), len(t.learner.rows)
+    mixed = Observation(40, GRID[4], (lo.speed + hi.speed) / 2, lo.features, regime_changed=True, mixed=True)
+    d = t.observe(mixed)
+    # a new regime, nothing of the mixed speed kept: not filed, no pair for adaptation, the trial dropped
+    assert len(t.ledger.regimes) == n + 1 and t.ledger.current.measured == {} and len(t.learner.rows) == rows
+    assert t._trial is None and not t.learner.recent
+    assert d is not None and d.config == GRID[8] and d.reason.startswith("recall") and t._asked == GRID[8]
+    # the probe's first check, wholly in the new conditions, finds the slow regime back
+    t.check(Observation(45, GRID[8], lo.speed * 1.3, lo.features, window_share=0.5))
+    assert t.ledger.recalled is not None and t.ledger.current.ident == 0
+
+
 def test_a_clean_check_judges_a_held_surprise_before_a_later_change(fresh_net):
     # the verification runs whole (answer_at_check off): its first check, clean, shows the surprise was the
     # predictor's; a change seen at the end of the window, however well it would account for the surprise, came after
