@@ -323,9 +323,16 @@ class _Timed(Tuner):
     does not is counted in the next window's decision.
     """
 
+    #: attributes the controller reads from a tuner, forwarded (before stop 29 they were not: a variant's
+    #: settle, refuge or rate_rise ran as the base class's defaults here)
+    FORWARDED = ("settle", "refuge", "rate_rise", "guarded")
+
     def __init__(self, inner: Tuner) -> None:
         self.inner = inner
         self.name = getattr(inner, "name", type(inner).__name__)
+        for attr in self.FORWARDED:
+            if hasattr(inner, attr):
+                setattr(self, attr, getattr(inner, attr))
         self.calls = 0
         self.cpu_s: list[float] = []
         self._carry_s = 0.0  # CPU of checks that ended no window

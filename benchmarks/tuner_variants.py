@@ -12,6 +12,7 @@ on 2026-11-25 (no refiling, no tail, trials 3 powers of two away); the others sw
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable
 
@@ -29,7 +30,11 @@ def _variant(**fixed: Any) -> Callable[..., Tuner]:
 
 
 def _with(factory: Callable[..., Tuner], **attributes: Any) -> Callable[..., Tuner]:
-    """The tuner with attributes the controller reads set (``settle``, ``refuge``, ``rate_rise``)."""
+    """The tuner with attributes the controller reads set (``settle``, ``refuge``, ``rate_rise``).
+
+    ``make`` keeps ``factory``'s signature (``functools.wraps``), so ``bench_tuner_sim.py`` passes it
+    the inline adaptation and the shared network as to any variant (before stop 29 it did not)."""
+    @functools.wraps(factory)
     def make(*args: Any, **kwargs: Any) -> Tuner:
         tuner = factory(*args, **kwargs)
         for name, value in attributes.items():
@@ -43,7 +48,9 @@ register_tuner("autobyte-no-equivalence", _variant(equivalent=False))
 register_tuner("autobyte-no-calibration", _variant(calibrate=False))
 register_tuner("autobyte-neither", _variant(equivalent=False, calibrate=False))
 # measured on 2026-11-26 (docs/evaluation.md), each as it ran then: the tuner of 2026-11-25 plus one change
-_STOP22 = dict(refile=False, tail=False, max_distance=3.0)
+# before stop 29 the tuner heard of a change at the mixed check and read no link rate (settle=False, rate_rise=None)
+_BEFORE29: dict[str, Any] = dict(settle=False, rate_rise=None)
+_STOP22 = dict(refile=False, tail=False, max_distance=3.0, **_BEFORE29)
 register_tuner("autobyte-stop22", _variant(**_STOP22))
 register_tuner("autobyte-near", _variant(**_STOP22, near_best=0.10))
 register_tuner("autobyte-gain", _variant(**_STOP22, min_predicted_gain=0.0))
@@ -59,8 +66,8 @@ register_tuner("autobyte-no-tail", _variant(tail=False))
 # 2026-11-26 (stop 24): the check that shows a change dropped and the tuner told at the next one (settle),
 # and the tuner told at the mixed check (the default again since settling measured slower on the README's
 # 20-iteration phases; docs/benchmarks.md 7.6 ran `autobyte` with settle on beside `autobyte-straddle`)
-register_tuner("autobyte-settle", _with(_variant(), settle=True))
-register_tuner("autobyte-straddle", _with(_variant(), settle=False))
+register_tuner("autobyte-settle", _variant(settle=True, rate_rise=None))
+register_tuner("autobyte-straddle", _variant(**_BEFORE29))
 # 2026-11-26 (stop 24): the explorer lowers predictions by how far below them this job's trials ran
 register_tuner("autobyte-debias", _variant(debias=True))
 # 2026-11-26 (stop 25): the head fine-tuned on the CNN's real windows (`autobyte collect --finetune
@@ -131,17 +138,19 @@ def _switch_to(partition: int, credit: int) -> Callable[..., Tuner]:
 register_tuner("static-1m-4x", _static_at(1 << 20, 4 << 20))
 register_tuner("switch-1m-4x", _switch_to(1 << 20, 4 << 20))
 # stop 28: a trial starts only when it can end before the conditions are expected to change (Explorer within_phase)
-register_tuner("autobyte-within", _variant(within_phase=True))
+register_tuner("autobyte-within", _variant(within_phase=True, **_BEFORE29))
 # stop 28: the detector also takes a rise of the achieved link rate by half (past what configurations of partitions as
 # large achieved in this regime) as a faster link, whatever the configuration
-register_tuner("autobyte-rate", _with(_variant(), rate_rise=0.5))
+register_tuner("autobyte-rate", _variant(settle=False, rate_rise=0.5))
 # stop 29: the tuner before answer_at_check (a verify or recall window judged at its first check) and clean_check
 # (a clean check of a measured configuration judges a held surprise as the predictor's), and each alone
-register_tuner("autobyte-stop28", _variant(answer_at_check=False, clean_check=False))
-register_tuner("autobyte-answer", _variant(clean_check=False))
-register_tuner("autobyte-clean", _variant(answer_at_check=False))
-register_tuner("autobyte-stop28-rate", _with(_variant(answer_at_check=False, clean_check=False), rate_rise=0.5))
+register_tuner("autobyte-stop28", _variant(answer_at_check=False, clean_check=False, **_BEFORE29))
+register_tuner("autobyte-answer", _variant(clean_check=False, **_BEFORE29))
+register_tuner("autobyte-clean", _variant(answer_at_check=False, **_BEFORE29))
+register_tuner("autobyte-stop28-rate", _variant(answer_at_check=False, clean_check=False, settle=False, rate_rise=0.5))
 # stop 29: the check that shows a change is kept by no one (detector, guard, ledger: it mixes both regimes), but the
 # tuner is told at once (settle="notify") and can probe for a past regime; alone and with the achieved-rate signal
-register_tuner("autobyte-notify", _with(_variant(), settle="notify"))
-register_tuner("autobyte-notify-rate", _with(_variant(), settle="notify", rate_rise=0.5))
+register_tuner("autobyte-notify", _variant(settle="notify", rate_rise=None))
+register_tuner("autobyte-notify-rate", _variant(settle="notify", rate_rise=0.5))
+# the shipped tuner of stop 29 before its last change (notify and rate_rise made the default): answers at a check only
+register_tuner("autobyte-stop29", _variant(**_BEFORE29))

@@ -285,6 +285,18 @@ class AutoByteTuner(Tuner):
             with its last measurement there, which is the answer; the rest of
             the window would only re-measure it (True). ``False``: such a
             window runs whole.
+        settle: how the controller tells this tuner of a change of
+            conditions (:class:`~autobyte.core.tuning.Controller`):
+            ``"notify"`` (default since stop 29): at the check that shows it,
+            marked mixed, its speed kept by no one (docs/benchmarks.md 7.12);
+            ``False``: at that check, its speed the new regime's first
+            measurement (the default before); ``True``: at the next check.
+        rate_rise: the controller's detector also takes a rise of the
+            achieved link rate by this much, past what configurations of
+            partitions as large achieved in this regime, as a faster link,
+            whatever configuration runs
+            (:class:`~autobyte.core.regime.RegimeDetector`; 0.5, default
+            since stop 29; ``None``: the speed rule alone).
         clean_check: a check of a configuration measured in this regime that
             shows no change, after a surprising measurement, judges the
             surprise as the predictor's (as a window would); without it a
@@ -334,7 +346,17 @@ class AutoByteTuner(Tuner):
         within_phase: bool = False,
         answer_at_check: bool = True,
         clean_check: bool = True,
+        settle: bool | str = "notify",
+        rate_rise: float | None = 0.5,
     ) -> None:
+        if settle not in (False, True, "notify"):
+            raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
+        if rate_rise is not None and (isinstance(rate_rise, bool) or not isinstance(rate_rise, (int, float))
+                                      or not 0 < rate_rise < 100):
+            raise ValueError(f"rate_rise must be None or a number in (0, 100), but got rate_rise={rate_rise!r}.")
+        #: read by the controller (the base class's defaults are False and None)
+        self.settle = settle
+        self.rate_rise = None if rate_rise is None else float(rate_rise)
         if predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
         self.predictor = predictor
