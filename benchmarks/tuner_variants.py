@@ -152,5 +152,5 @@ register_tuner("autobyte-stop28-rate", _variant(answer_at_check=False, clean_che
 # tuner is told at once (settle="notify") and can probe for a past regime; alone and with the achieved-rate signal
 register_tuner("autobyte-notify", _variant(settle="notify", rate_rise=None))
 register_tuner("autobyte-notify-rate", _variant(settle="notify", rate_rise=0.5))
-# the shipped tuner of stop 29 before its last change (notify and rate_rise made the default): answers at a check only
+# the tuner of stop 29 before rate_rise became its default (answers at a check, reads no link rate)
 register_tuner("autobyte-stop29", _variant(**_BEFORE29))

@@ -287,10 +287,12 @@ class AutoByteTuner(Tuner):
             window runs whole.
         settle: how the controller tells this tuner of a change of
             conditions (:class:`~autobyte.core.tuning.Controller`):
-            ``"notify"`` (default since stop 29): at the check that shows it,
-            marked mixed, its speed kept by no one (docs/benchmarks.md 7.12);
-            ``False``: at that check, its speed the new regime's first
-            measurement (the default before); ``True``: at the next check.
+            ``False`` (default): at the check that shows it, its speed the
+            new regime's first measurement; ``"notify"``: at that check,
+            marked mixed, its speed kept by no one (faster on the real
+            README scenario with ``rate_rise``, slower on the simulator,
+            whose changes fall on check boundaries: docs/benchmarks.md
+            7.12); ``True``: at the next check.
         rate_rise: the controller's detector also takes a rise of the
             achieved link rate by this much, past what configurations of
             partitions as large achieved in this regime, as a faster link,
@@ -346,7 +348,7 @@ class AutoByteTuner(Tuner):
         within_phase: bool = False,
         answer_at_check: bool = True,
         clean_check: bool = True,
-        settle: bool | str = "notify",
+        settle: bool | str = False,
         rate_rise: float | None = 0.5,
     ) -> None:
         if settle not in (False, True, "notify"):

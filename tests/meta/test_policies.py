@@ -891,3 +891,18 @@ def test_payoff_counts_in_the_explorers_units(fresh_net):
     assert p.outcome(B, 125.0) == pytest.approx(0.2)  # a fifth of an iteration's time saved, not log 1.25
     assert AutoByteTuner(fresh_net, background=False, time_units=True).trial_record.time_units is True
     assert AutoByteTuner(fresh_net, background=False).trial_record.time_units is False
+
+
+def test_autobyte_reads_the_link_rate_by_default_and_takes_settle_and_rate_rise(fresh_net):
+    from autobyte.core.tuning import Controller
+
+    t = AutoByteTuner(fresh_net, background=False)
+    c = Controller(t, GRID, GRID[4], "ps", list(MODEL.layer_bytes))
+    assert t.settle is False and c.detector is not None and c.detector.rate_rise == 0.5 and not c.notify_mixed
+    n = AutoByteTuner(fresh_net, background=False, settle="notify", rate_rise=None)
+    c = Controller(n, GRID, GRID[4], "ps", list(MODEL.layer_bytes))
+    assert c.notify_mixed and c.detector is not None and c.detector.rate_rise is None
+    with pytest.raises(ValueError, match=r"settle must be False, True or 'notify', but got settle='late'"):
+        AutoByteTuner(fresh_net, background=False, settle="late")
+    with pytest.raises(ValueError, match=r"rate_rise must be None or a number in \(0, 100\), but got rate_rise=0"):
+        AutoByteTuner(fresh_net, background=False, rate_rise=0)
