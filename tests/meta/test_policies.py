@@ -509,17 +509,23 @@ def test_ledger_refile_undoes_an_average_and_files_elsewhere():
     assert A not in old.measured and new.measured[A][:2] == [pytest.approx(115.0), 2.0]
 
 
-def _held_then_change(t: AutoByteTuner, trial_speed: float, after: float):
-    """The tuner measured ``cur``, tried GRID[0] (predicted ~1.2x ``cur``) at ``trial_speed`` x that,
-    went back, and ``cur`` measured ``after`` x its speed (a change of conditions, the detector says)."""
+def _tried(t: AutoByteTuner, trial_speed: float):
+    """The tuner measured ``cur`` and tried GRID[0] (predicted ~1.2x ``cur``) at ``trial_speed`` x ``cur``'s speed;
+    returns ``cur``, its window, its speed and the tuner's decision after the trial."""
     cur = t.start(GRID, GRID[4])
     win = _window(cur, FAST, 0)
     t.observe(win)
     base = t.ledger.current.measured[cur][0]
     t._last_pred = (cur, np.full(len(GRID), base * 1.2), np.zeros(len(GRID)), base)
     t._trial, t._left = (GRID[0], base * 1.2, cur), cur
-    trial = _window(GRID[0], FAST, 1)
-    d = t.observe(Observation(20, GRID[0], base * trial_speed, trial.features))
+    d = t.observe(Observation(20, GRID[0], base * trial_speed, _window(GRID[0], FAST, 1).features))
+    return cur, win, base, d
+
+
+def _held_then_change(t: AutoByteTuner, trial_speed: float, after: float):
+    """As :func:`_tried`; the run went back, and ``cur`` measured ``after`` x its speed (a change of
+    conditions, the detector says)."""
+    cur, win, base, d = _tried(t, trial_speed)
     assert d is not None and d.config == cur and d.reason.startswith(("verify", "rollback")), d  # back to cur either way
     old = t.ledger.current
     assert GRID[0] in old.measured
@@ -552,13 +558,7 @@ def test_a_surprise_the_change_does_not_explain_stays_where_it_was_measured(fres
 
 def _verifying(t: AutoByteTuner):
     """Up to the verifier's decision: a trial 3x its predicted 1.2x of ``cur`` sends the run back to ``cur`` to check."""
-    cur = t.start(GRID, GRID[4])
-    win = _window(cur, FAST, 0)
-    t.observe(win)
-    base = t.ledger.current.measured[cur][0]
-    t._last_pred = (cur, np.full(len(GRID), base * 1.2), np.zeros(len(GRID)), base)
-    t._trial, t._left = (GRID[0], base * 1.2, cur), cur
-    d = t.observe(Observation(20, GRID[0], base * 3.0, _window(GRID[0], FAST, 1).features))
+    cur, win, base, d = _tried(t, 3.0)
     assert d is not None and d.config == cur and d.reason.startswith("verify"), d
     return cur, win, base
 
