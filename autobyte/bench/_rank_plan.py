@@ -56,10 +56,11 @@ def decision_row(out: Any) -> dict[str, Any]:
     row["observed_speed"] = out.speed
     if out.regime_changed:
         row["regime_changed"] = True
-        rule = (out.entry or {}).get("regime_rule")
+        entry = out.entry or {}
+        rule = entry.get("regime_rule")
         if rule is not None:
             row["regime_rule"] = rule  # which rule of the detector saw it: "speed" or "rate"
-        if (out.entry or {}).get("mixed"):
+        if entry.get("mixed"):
             row["mixed"] = True  # the tuner heard of it at the check that showed it, a mix of both regimes
     return row
 

@@ -69,6 +69,11 @@ class Observation:
     mixed: bool = False
 
 
+#: How a tuner hears of a change of conditions (``Tuner.settle``): at the check that shows it (False),
+#: at the next one (True), or at once with the check marked mixed (``"notify"``).
+SETTLE_MODES: tuple[bool | str, ...] = (False, True, "notify")
+
+
 @dataclass(frozen=True)
 class Decision:
     """A reconfiguration chosen by a tuner."""
@@ -257,7 +262,7 @@ class Controller:
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
         settle = getattr(self.tuner, "settle", False)
-        if settle not in (False, True, "notify"):
+        if settle not in SETTLE_MODES:
             raise ValueError(f"a tuner's settle must be False, True or 'notify', but got settle={settle!r}.")
         #: the tuner hears of a change at the check that shows it, marked mixed (``settle = "notify"``)
         self.notify_mixed = settle == "notify"

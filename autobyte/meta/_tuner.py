@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from autobyte.core.space import Config, SearchSpace
-from autobyte.core.tuning import Decision, Observation, Tuner
+from autobyte.core.tuning import SETTLE_MODES, Decision, Observation, Tuner
 
 from ._network import MetaNetwork, _Head
 from ._simscore import SimPredictor
@@ -351,7 +351,7 @@ class AutoByteTuner(Tuner):
         settle: bool | str = False,
         rate_rise: float | None = 0.5,
     ) -> None:
-        if settle not in (False, True, "notify"):
+        if settle not in SETTLE_MODES:
             raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
         if rate_rise is not None and (isinstance(rate_rise, bool) or not isinstance(rate_rise, (int, float))
                                       or not 0 < rate_rise < 100):
