@@ -333,8 +333,14 @@ class Ledger:
     regime in which the configuration just measured ran within ``match`` of
     its speed now is *recalled*: the two are the same conditions, and
     everything measured there counts again at once. :meth:`probe` names the
-    configuration worth running to find out (the best one of the most recent
-    regime other than the one just left, which the change ruled out). Measurements of a configuration are averaged over its last
+    configuration worth running to find out (the fastest one of any other
+    past regime). The regime just left is a candidate only when the change
+    was not seen on a configuration measured there: a change seen on a
+    configuration's own speed rules its regime out, one inferred from a
+    configuration new to it (the detector's link-rate rule, at a trial) does
+    not, and a probe that runs as it ran there undoes the change (the
+    detector's premise failed: on the simulator a trial of smaller partitions
+    achieved 2.7x the link rate of larger ones on one link). Measurements of a configuration are averaged over its last
     windows (at most ``memory``, so slow drift is followed) and forgotten after
     ``stale_windows`` windows of the regime without a new one.
 
@@ -365,7 +371,10 @@ class Ledger:
         self.current = self.regimes[0]
         self._next = 1
         self.recalled: Regime | None = None  # the regime this window recalled, if any
-        self._left: Regime | None = None  # the regime the last change left (not these conditions, by definition)
+        self._left: Regime | None = None  # the regime the last change left when the change ruled it out (else None)
+        self._prev: Regime | None = None  # the regime the last change left
+        # a measurement the caller did not file at the last change (config, speed, window share): filed if it is undone
+        self._aside: tuple[Config, float, float] | None = None
 
     def observe(self, iteration: int, config: Config, speed: float, changed: bool, weight: float = 1.0) -> Regime:
         """Record ``config`` at ``speed``; returns the regime this window belongs to.
@@ -375,7 +384,7 @@ class Ledger:
         """
         self.recalled = None
         if changed:
-            self.change(iteration)
+            self.change(iteration, config, speed)
         if self.recall and self.current.windows < self.young_windows:
             self._recall(config, speed)
         r = self.current
@@ -387,11 +396,31 @@ class Ledger:
             r.measured[config] = [self._join(m, speed, weight), m[1] + weight, float(r.windows)]
         return r
 
-    def change(self, iteration: int) -> Regime:
-        """Conditions changed at ``iteration``: the regime left is kept, a new one starts (nothing measured in it yet)."""
+    def change(self, iteration: int, config: Config | None = None, speed: float | None = None,
+               aside: float | None = None) -> Regime:
+        """Conditions changed at ``iteration``: the regime left is kept, a new one starts (nothing measured in it yet).
+
+        ``config`` ran at ``speed`` in the measurement that showed the change
+        (``None``: not said). The regime left is ruled out as these conditions
+        unless that configuration is new to it, or ran there within ``match``
+        of ``speed``: then nothing measured says the conditions changed, and a
+        probe may still find them the same (:meth:`probe`, :meth:`observe`).
+        ``aside``: the caller files nothing of that measurement (a check taken
+        as mixing both regimes) and it covers this share of a window: kept
+        aside, it is filed in the regime left if a probe finds that the change
+        did not happen (the check then measured one regime only).
+        """
         self.recalled = None
-        self.current.durations.append(max(1, iteration - self.current.started))
-        self._left = self.current
+        left = self.current
+        left.durations.append(max(1, iteration - left.started))
+        seen = left.measured.get(config) if config is not None else None
+        inferred = config is not None and speed is not None and speed > 0 and (
+            seen is None or abs(math.log(speed / seen[0])) <= math.log1p(self.match))
+        self._left = None if inferred else left
+        self._prev = left
+        self._aside = None
+        if inferred and aside is not None and config is not None and speed is not None:
+            self._aside = (config, float(speed), float(aside))
         self.current = self._new()
         self.current.started = iteration
         return self.current
@@ -419,18 +448,22 @@ class Ledger:
                 m[0] = max(1e-12, (m[0] * (n + weight) - speed * weight) / n)
                 m[1] = rest
         if dst is not None:
-            d = dst.measured.get(config)
-            if d is None:
-                dst.measured[config] = [speed, float(weight), float(dst.windows)]
-            else:
-                dst.measured[config] = [self._join(d, speed, weight), d[1] + weight, d[2]]
+            self.file(config, speed, weight, dst)
+
+    def file(self, config: Config, speed: float, weight: float, dst: Regime) -> None:
+        """File one measurement (``config`` at ``speed``, ``weight`` windows) in ``dst``, joining any average there."""
+        d = dst.measured.get(config)
+        if d is None:
+            dst.measured[config] = [speed, float(weight), float(dst.windows)]
+        else:
+            dst.measured[config] = [self._join(d, speed, weight), d[1] + weight, d[2]]
 
     def _recall(self, config: Config, speed: float) -> None:
         young = self.current
         near = [r for r in self.regimes if r is not young and config in r.measured
                 and abs(math.log(speed / r.measured[config][0])) < math.log1p(self.match)]
         # a configuration whose speed does not tell conditions apart (it ran so in the regime
-        # just left too, or in several) recalls nothing
+        # the change ruled out too, or in several) recalls nothing
         if len(near) != 1 or near[0] is self._left:
             return
         best = near[0]
@@ -441,14 +474,20 @@ class Ledger:
         for c, v in young.measured.items():
             best.measured[c] = [v[0], v[1], float(best.windows + v[2])]
         best.windows += young.windows
-        best.started = young.started
+        if best is self._prev and best.durations:
+            best.durations.pop()  # the change did not happen: the occurrence it ended goes on
+            if self._aside is not None:
+                self.file(*self._aside, best)
+        else:
+            best.started = young.started
+        self._aside = None
         self.current = self.recalled = best
 
     def probe(self, current: Config) -> Config | None:
         """A configuration that would tell whether a young regime is a past one, or ``None``."""
         if not self.recall or self.current.windows > self.young_windows or len(self.regimes) < 2:
             return None
-        # the fastest configuration of any regime that may be back (not this one, not the one just left):
+        # the fastest configuration of any regime that may be back (not this one, not one the change ruled out):
         # one set of conditions can sit in two regimes that share no measurement yet, and the faster
         # record is the one worth finding out about
         found: tuple[float, Config] | None = None
@@ -498,7 +537,9 @@ class Ledger:
 
     def state_dict(self) -> dict[str, Any]:
         return {"regimes": [r.to_dict() for r in self.regimes], "current": self.current.ident, "next": self._next,
-                "left": None if self._left is None else self._left.ident}
+                "left": None if self._left is None else self._left.ident,
+                "prev": None if self._prev is None else self._prev.ident,
+                "aside": None if self._aside is None else _cfg(self._aside[0]) + list(self._aside[1:])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "regimes" in state:
@@ -507,6 +548,11 @@ class Ledger:
             self._next = int(state["next"])
         if "left" in state:
             self._left = next((r for r in self.regimes if r.ident == state["left"]), None)
+        if "prev" in state:
+            self._prev = next((r for r in self.regimes if r.ident == state["prev"]), None)
+        if "aside" in state:
+            a = state["aside"]
+            self._aside = None if a is None else (Config(int(a[0]), int(a[1])), float(a[2]), float(a[3]))
 
 
 # ---------------------------------------------------------------------- moving

@@ -507,7 +507,7 @@ class AutoByteTuner(Tuner):
         dropped. What can be done at once is the recall probe.
         """
         before = self.ledger.current
-        regime = self.ledger.change(obs.iteration)
+        regime = self.ledger.change(obs.iteration, obs.config, obs.speed, aside=obs.window_share)
         self._trial = None
         self._last_pred = None  # predictions made in the old conditions are not checked in the new ones
         self.learner.forget()

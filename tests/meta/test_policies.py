@@ -493,6 +493,60 @@ def test_ledger_state_keeps_the_regime_just_left():
     assert again.probe(C) == led.probe(C) == B
 
 
+
+def test_ledger_undoes_a_change_not_seen_on_a_configuration_measured_there():
+    # a change inferred at a configuration new to the regime (the detector's link-rate rule at a trial):
+    # the regime left stays a candidate, the probe names its best, and the probe running as it ran there
+    # undoes the change: one regime, the trial's measurement in it, its occurrence not cut in two
+    led = Ledger()
+    led.observe(10, A, 100.0, False)
+    led.observe(20, B, 130.0, False)  # regime 0, started at 0
+    r = led.observe(30, C, 400.0, True)  # the change shown by C, never measured in regime 0
+    assert r.ident == 1 and led.regimes[0].durations == [30]
+    assert led.probe(C) == B  # regime 0 is not ruled out: its best tells
+    r = led.observe(40, B, 131.0, False)
+    assert led.recalled is r and r.ident == 0 and len(led.regimes) == 1
+    assert r.speeds(30) == {A: 100.0, B: pytest.approx(130.5), C: 400.0}
+    assert r.durations == [] and r.started == 0
+
+
+def test_ledger_keeps_the_change_when_the_probe_runs_otherwise():
+    led = Ledger()
+    led.observe(10, B, 130.0, False)
+    led.observe(20, C, 400.0, True)  # inferred change
+    r = led.observe(30, B, 60.0, False)  # B ran 2x slower: the conditions did change
+    assert led.recalled is None and r.ident == 1 and r.speeds(30) == {C: 400.0, B: 60.0}
+    assert led.regimes[0].durations == [20]
+
+
+def test_ledger_rules_out_the_regime_left_when_a_measured_configuration_showed_the_change():
+    led = Ledger()
+    led.observe(10, A, 100.0, False)
+    led.observe(20, B, 130.0, False)
+    led.observe(30, A, 40.0, True)  # A, measured there, ran 2.5x slower: regime 0 ruled out
+    assert led.probe(A) is None
+    led.observe(40, B, 130.0, False)  # B runs as in regime 0 (it does not depend on what changed): no recall
+    assert led.recalled is None and led.current.ident == 1
+
+
+def test_ledger_files_a_measurement_set_aside_when_the_change_is_undone():
+    # a mixed check (the caller files nothing of it) showed an inferred change; the probe finds the
+    # conditions unchanged, so the check was clean: its measurement joins the regime
+    led = Ledger()
+    led.observe(10, B, 130.0, False)
+    led.change(15, C, 400.0, aside=0.5)
+    assert C not in led.current.measured
+    back = Ledger()
+    back.load_state_dict(json.loads(json.dumps(led.state_dict())))  # what is set aside survives a restore
+    for lg in (led, back):
+        r = lg.observe(20, B, 129.0, False)
+        assert lg.recalled is r and r.ident == 0 and r.measured[C][:2] == [400.0, 0.5]
+    # a change seen on a measured configuration sets nothing aside
+    led.change(30, B, 60.0, aside=0.5)
+    led.observe(40, A, 10.0, False)
+    assert all(C not in x.measured or x.ident == 0 for x in led.regimes) and led._aside is None
+
+
 # ---------------------------------------------------------------- a measurement that ran in other conditions
 def test_ledger_refile_undoes_an_average_and_files_elsewhere():
     led = Ledger(memory=3)
