@@ -340,7 +340,7 @@ class Ledger:
     configuration new to it (the detector's link-rate rule, at a trial) does
     not, and a probe that runs as it ran there undoes the change (the
     detector's premise failed: on the simulator a trial of smaller partitions
-    achieved 2.7x the link rate of larger ones on one link). Measurements of a configuration are averaged over its last
+    achieved 1.9x the link rate of larger ones on one link). Measurements of a configuration are averaged over its last
     windows (at most ``memory``, so slow drift is followed) and forgotten after
     ``stale_windows`` windows of the regime without a new one.
 
