@@ -203,6 +203,59 @@ def worst_span_ratio(tuned_s: Sequence[float], start_s: Sequence[float], span: i
     return worst, at
 
 
+def trial_spans(its: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """Index ranges ``[i, j)`` of ``its`` that ran a tuner's trials.
+
+    A trial is a decision row (``decisions.jsonl``) whose ``reason`` starts
+    with ``"explore"``: its iterations are the first ones after the decision
+    at the configuration it chose, until the configuration changes.
+    """
+    spans = []
+    for d in rows:
+        if not str(d.get("reason") or "").startswith("explore") or d.get("config") is None:
+            continue
+        cfg, at = list(d["config"]), int(d["iteration"])
+        i = next((k for k, x in enumerate(its) if int(x["iteration"]) > at and list(x.get("config") or []) == cfg), None)
+        if i is None:
+            continue
+        j = i
+        while j < len(its) and list(its[j].get("config") or []) == cfg:
+            j += 1
+        spans.append((i, j))
+    return spans
+
+
+def trial_cost(its: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+               start: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a tuned run's trials cost against its start configuration's run of the same round.
+
+    ``its``: the tuned run's iterations; ``rows``: its decisions; ``start``:
+    the iterations of the run at the starting configuration (ByteScheduler's
+    default) under the same trace (iteration ``i`` of both under the same
+    condition). Returns ``trials`` (count), ``iterations`` (run at a trial),
+    ``share`` (of the run's iterations), ``vs_start`` (the trials' speed over
+    their iterations, the start run's time over the same iterations divided
+    by theirs; ``None`` without trials) and ``cost`` (the time they took
+    beyond the start run's over those iterations, a share of the start
+    run's whole time; negative when trials ran faster).
+    """
+    spans = trial_spans(its, rows)
+    base = {int(x["iteration"]): float(x["seconds"]) for x in start}
+    tuned_s = base_s = 0.0
+    n = 0
+    for i, j in spans:
+        for x in its[i:j]:
+            k = int(x["iteration"])
+            if k in base:
+                tuned_s += float(x["seconds"])
+                base_s += base[k]
+            n += 1
+    total = sum(base.values())
+    return {"trials": len(spans), "iterations": n, "share": n / len(its) if its else 0.0,
+            "vs_start": base_s / tuned_s if tuned_s > 0 else None,
+            "cost": (tuned_s - base_s) / total if total > 0 else 0.0}
+
+
 def throughput(its: Sequence[Mapping[str, Any]], batch_size: int) -> float:
     """Samples/s of a run: all samples over all seconds."""
     secs = sum(float(r["seconds"]) for r in its)
@@ -219,11 +272,14 @@ REFS = ("hindsight", "oracle", "bytescheduler", "bo", "ddp")
 
 
 def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
-                       meta: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
-    """Per method: samples/s per repeat, median, spread; ratios of medians to :data:`REFS`; do-no-harm; tuner CPU.
+                       meta: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                       decisions: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]] | None = None) -> dict[str, Any]:
+    """Per method: samples/s per repeat, median, spread; ratios of medians to :data:`REFS`; do-no-harm; tuner CPU; trials.
 
     ``runs[method][repeat]`` is that run's iterations; ``meta[method][repeat]``
-    its rank 0 ``rank0.json`` (for the tuner's CPU share).
+    its rank 0 ``rank0.json`` (for the tuner's CPU share);
+    ``decisions[method][repeat]`` its decision rows (for what its trials
+    cost, :func:`trial_cost`, against the default's run of the same round).
     """
     rows: dict[str, Any] = {}
     for m, reps in runs.items():
@@ -239,6 +295,15 @@ def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mappin
                 worst.append({"ratio": ratio, "first_iteration": its[at]["iteration"] if its else at})
             row["worst_span"] = {"span": HARM_SPAN, "per_repeat": worst,
                                  "median": statistics.median(w["ratio"] for w in worst), "max": max(w["ratio"] for w in worst)}
+            reps = (decisions or {}).get(m)
+            if reps:
+                per = [trial_cost(its, reps[r], runs["bytescheduler"][min(r, len(runs["bytescheduler"]) - 1)])
+                       for r, its in enumerate(runs[m]) if r < len(reps)]
+                speeds = [p["vs_start"] for p in per if p["vs_start"] is not None]
+                row["trials"] = {"per_repeat": per, "trials": statistics.median(p["trials"] for p in per),
+                                 "share": statistics.median(p["share"] for p in per),
+                                 "vs_start": statistics.median(speeds) if speeds else None,
+                                 "cost": statistics.median(p["cost"] for p in per)}
         if m == "bytescheduler" and len(runs[m]) > 1:
             # the start config against its own next repeat: how far two runs of one static config
             # differ over their worst span, the noise floor of the tuners' figure above
@@ -277,6 +342,12 @@ def _ratio(x: float | None) -> str:
 def _harm(ws: Mapping[str, Any] | None) -> str:
     """The do-no-harm cell: median over repeats of each repeat's worst span, and the worst repeat."""
     return "" if ws is None else f"{ws['median']:.3f} (max {ws['max']:.3f})"
+
+
+def _trials_line(name: str, method: str, t: Mapping[str, Any]) -> str:
+    speed = "" if t["vs_start"] is None else f", at {t['vs_start']:.3f}x the default's speed over them"
+    return (f"- {name}, {method}: {t['trials']:g} trials, {100 * t['share']:.1f}% of iterations{speed}, "
+            f"cost {100 * t['cost']:+.1f}% of the run's time")
 
 
 def _cfg(pair: Sequence[int]) -> str:
@@ -329,6 +400,11 @@ def table_md(summary: Mapping[str, Any]) -> str:
         notes = [_configs_line(s) for s in mine if {"hindsight", "oracle_phases", "bo"} & set(s.get("configs", {}))]
         if notes:
             lines += ["", "Configs run:", ""] + notes
+        trials = [_trials_line(s["name"], m, r["trials"]) for s in mine for m, r in s["methods"].items() if "trials" in r]
+        if trials:
+            lines += ["", "Trials (the tuners' explore decisions; medians over repeats): how many, their iterations, "
+                      "their speed over those iterations against the ByteScheduler-default run of the same round, and "
+                      "the time they took beyond it as a share of that run's time:", ""] + trials
         g = summary["geomean"].get(tag)
         if g:
             base = "/".join(dict.fromkeys(s.get("baseline", "ddp") for s in mine))  # the unscheduled baselines averaged here
@@ -448,7 +524,7 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
                         meta[m].append(json.load(f))
                 except OSError:
                     meta[m].append({})
-        s = summarize_scenario(sc, runs, meta)
+        s = summarize_scenario(sc, runs, meta, decisions)
         if "compute_s" in base:
             s["compute_s"] = base["compute_s"]
         s["configs"] = {"bytescheduler": list(specs["bytescheduler"]["config"])}

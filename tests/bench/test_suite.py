@@ -14,7 +14,7 @@ from autobyte.bench.emulation import Emulation
 from autobyte.core import KiB, MiB
 from autobyte.bench._suite import (
     BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
-    summarize_scenario, summarize_suite, table_md, throughput, worst_span_ratio, write_suite,
+    summarize_scenario, summarize_suite, table_md, throughput, trial_cost, trial_spans, worst_span_ratio, write_suite,
 )
 from autobyte.cli import main
 from autobyte.core import Config
@@ -279,6 +279,63 @@ def test_scenario_summary_medians_ratios_and_harm():
     one = summarize_scenario(sc, {"bytescheduler": [_run(0.1)], "autobyte": [_run(0.1)]})
     assert "worst_span" not in one["methods"]["bytescheduler"]  # one repeat: nothing to compare it with
     assert throughput(_run(0.1), 16) == pytest.approx(320)
+
+
+def _cfg_run(secs_cfgs: list[tuple[float, list[int]]]) -> list[dict]:
+    return [{"iteration": i, "seconds": s, "samples_per_s": 1.0, "config": c} for i, (s, c) in enumerate(secs_cfgs)]
+
+
+def test_trials_are_the_iterations_after_an_explore_decision_and_cost_time_against_the_start_run():
+    A, B, C = [4, 16], [1, 4], [16, 16]
+    # 10 iterations at A, a trial of B (2 iterations, 0.2 s against 0.1), A again, a move to C (not a trial),
+    # a second trial of B decided at iteration 15 that never ran (the run ended at C)
+    its = _cfg_run([(0.1, A)] * 5 + [(0.2, B)] * 2 + [(0.1, A)] * 3 + [(0.3, C)] * 10)
+    rows = [{"iteration": 4, "config": B, "reason": "explore: <1 MiB, 4X> predicted ..."},
+            {"iteration": 6, "config": A, "reason": "rollback: ..."},
+            {"iteration": 9, "config": C, "reason": "measured best: ..."},
+            {"iteration": 15, "config": B, "reason": "explore: ..."},
+            {"iteration": 19, "config": None, "reason": "explore: a row without a config"}]
+    assert trial_spans(its, rows) == [(5, 7)]
+    start = _cfg_run([(0.1, A)] * 20)  # the default's run: 2 s in all
+    t = trial_cost(its, rows, start)
+    assert t["trials"] == 1 and t["iterations"] == 2 and t["share"] == pytest.approx(0.1)
+    assert t["vs_start"] == pytest.approx(0.5) and t["cost"] == pytest.approx(0.2 / 2.0)  # 0.4 s against 0.2 s
+    none = trial_cost(its, rows[1:3], start)
+    assert none == {"trials": 0, "iterations": 0, "share": 0.0, "vs_start": None, "cost": 0.0}
+    # a trial faster than the start: a negative cost
+    fast = trial_cost(_cfg_run([(0.1, A)] * 5 + [(0.05, B)] * 5), rows[:1], start[:10])
+    assert fast["vs_start"] == pytest.approx(2.0) and fast["cost"] == pytest.approx(-0.25)
+    # in the scenario summary (per repeat, medians) and its table
+    sc = Scenario("s", "cnn", (Phase(20, FAST),), batch_size=16)
+    s = summarize_scenario(sc, {"bytescheduler": [start, start], "autobyte": [its, its]}, decisions={"autobyte": [rows, rows[1:3]]})
+    tr = s["methods"]["autobyte"]["trials"]
+    assert [p["trials"] for p in tr["per_repeat"]] == [1, 0] and tr["trials"] == pytest.approx(0.5)
+    assert tr["vs_start"] == pytest.approx(0.5) and tr["cost"] == pytest.approx(0.05)
+    assert "trials" not in s["methods"]["bytescheduler"]
+    md = table_md(summarize_suite("x", 2, [s]))
+    assert ("- s, autobyte: 0.5 trials, 5.0% of iterations, at 0.500x the default's speed over them, "
+            "cost +5.0% of the run's time") in md
+    assert "Trials" not in table_md(summarize_suite("x", 2, [summarize_scenario(sc, {"bytescheduler": [start], "autobyte": [its]})]))
+
+
+def test_suite_trials_script_reads_a_finished_suite(tmp_path, load_benchmark, capsys):
+    A, B = [4, 16], [1, 4]
+    start = _cfg_run([(0.1, A)] * 20)
+    tuned = _cfg_run([(0.1, A)] * 5 + [(0.2, B)] * 2 + [(0.1, A)] * 13)
+    rows = [{"iteration": 4, "config": B, "reason": "explore: ..."}, {"iteration": 6, "config": A, "reason": "rollback: ..."}]
+    for name, its, ds in (("r0_bytescheduler", start, []), ("r0_autobyte", tuned, rows), ("r0_hindsight", start, [])):
+        d = tmp_path / "cnn-step" / name
+        d.mkdir(parents=True)
+        (d / "iterations.jsonl").write_text("".join(json.dumps(x) + "\n" for x in its))
+        (d / "decisions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ds))
+    (tmp_path / "grids").mkdir()
+    script = load_benchmark("suite_trials")
+    script.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "| cnn-step | autobyte | 1 | 10.0% | 0.500 (0.500-0.500) | +10.0% (+10.0 to +10.0) |" in out
+    assert "hindsight" not in out and "autobyte: 1 trials in 1 runs" in out
+    with pytest.raises(SystemExit, match="DIR must be a suite's --out folder"):
+        script.main([str(tmp_path / "nowhere")])
 
 
 def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
