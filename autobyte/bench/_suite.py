@@ -295,10 +295,10 @@ def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mappin
                 worst.append({"ratio": ratio, "first_iteration": its[at]["iteration"] if its else at})
             row["worst_span"] = {"span": HARM_SPAN, "per_repeat": worst,
                                  "median": statistics.median(w["ratio"] for w in worst), "max": max(w["ratio"] for w in worst)}
-            reps = (decisions or {}).get(m)
-            if reps:
-                per = [trial_cost(its, reps[r], runs["bytescheduler"][min(r, len(runs["bytescheduler"]) - 1)])
-                       for r, its in enumerate(runs[m]) if r < len(reps)]
+            made = (decisions or {}).get(m)
+            if made:
+                per = [trial_cost(its, made[r], runs["bytescheduler"][min(r, len(runs["bytescheduler"]) - 1)])
+                       for r, its in enumerate(runs[m]) if r < len(made)]
                 speeds = [p["vs_start"] for p in per if p["vs_start"] is not None]
                 row["trials"] = {"per_repeat": per, "trials": statistics.median(p["trials"] for p in per),
                                  "share": statistics.median(p["share"] for p in per),
