@@ -208,15 +208,19 @@ def trial_spans(its: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, An
 
     A trial is a decision row (``decisions.jsonl``) whose ``reason`` starts
     with ``"explore"``: its iterations are the first ones after the decision
-    at the configuration it chose, until the configuration changes.
+    at the configuration it chose (starting before the next row's iteration:
+    a decision held back, e.g. by the do-no-harm guard, ran no trial), until
+    the configuration changes.
     """
     spans = []
+    marks = sorted(int(d["iteration"]) for d in rows)
     for d in rows:
         if not str(d.get("reason") or "").startswith("explore") or d.get("config") is None:
             continue
         cfg, at = list(d["config"]), int(d["iteration"])
+        until = next((m for m in marks if m > at), None)
         i = next((k for k, x in enumerate(its) if int(x["iteration"]) > at and list(x.get("config") or []) == cfg), None)
-        if i is None:
+        if i is None or (until is not None and int(its[i]["iteration"]) > until):
             continue
         j = i
         while j < len(its) and list(its[j].get("config") or []) == cfg:

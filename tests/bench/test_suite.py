@@ -296,6 +296,8 @@ def test_trials_are_the_iterations_after_an_explore_decision_and_cost_time_again
             {"iteration": 15, "config": B, "reason": "explore: ..."},
             {"iteration": 19, "config": None, "reason": "explore: a row without a config"}]
     assert trial_spans(its, rows) == [(5, 7)]
+    # an explore decision held back (the next row comes before any iteration at its configuration): no trial
+    assert trial_spans(its, [{"iteration": 0, "config": B, "reason": "explore: ..."}, {"iteration": 2, "config": A, "reason": "guard: ..."}]) == []
     start = _cfg_run([(0.1, A)] * 20)  # the default's run: 2 s in all
     t = trial_cost(its, rows, start)
     assert t["trials"] == 1 and t["iterations"] == 2 and t["share"] == pytest.approx(0.1)
