@@ -18,10 +18,9 @@ from __future__ import annotations
 import glob
 import json
 import os
-import statistics
 import sys
 
-from autobyte.bench._suite import trial_cost
+from autobyte.bench._suite import summarize_trials, trial_cost
 
 
 def _rows(path: str) -> list[dict]:
@@ -50,17 +49,18 @@ def main(argv: list[str]) -> None:
             if not per:
                 continue
             every.setdefault(m, []).extend(per)
+            t = summarize_trials(per)
             sp = [p["vs_start"] for p in per if p["vs_start"] is not None]
+            costs = [p["cost"] for p in per]
+            speed = "" if t["vs_start"] is None else f"{t['vs_start']:.3f} ({min(sp):.3f}-{max(sp):.3f})"
             print(f"| {os.path.basename(scen)} | {m} | {' / '.join(str(p['trials']) for p in per)} | "
-                  f"{100 * statistics.median(p['share'] for p in per):.1f}% | "
-                  f"{'' if not sp else f'{statistics.median(sp):.3f} ({min(sp):.3f}-{max(sp):.3f})'} | "
-                  f"{100 * statistics.median(p['cost'] for p in per):+.1f}% ({100 * min(p['cost'] for p in per):+.1f} to "
-                  f"{100 * max(p['cost'] for p in per):+.1f}) |")
+                  f"{100 * t['share']:.1f}% | {speed} | "
+                  f"{100 * t['cost']:+.1f}% ({100 * min(costs):+.1f} to {100 * max(costs):+.1f}) |")
     for m, per in every.items():
-        sp = [p["vs_start"] for p in per if p["vs_start"] is not None]
-        print(f"\n{m}: {sum(p['trials'] for p in per)} trials in {len(per)} runs; median share {100 * statistics.median(p['share'] for p in per):.1f}%, "
-              f"median speed vs the default's run {statistics.median(sp) if sp else float('nan'):.3f}, "
-              f"median cost {100 * statistics.median(p['cost'] for p in per):+.1f}% of the run's time")
+        t = summarize_trials(per)
+        print(f"\n{m}: {sum(p['trials'] for p in per)} trials in {len(per)} runs; median share {100 * t['share']:.1f}%, "
+              f"median speed vs the default's run {float('nan') if t['vs_start'] is None else t['vs_start']:.3f}, "
+              f"median cost {100 * t['cost']:+.1f}% of the run's time")
 
 
 if __name__ == "__main__":

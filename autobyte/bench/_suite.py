@@ -260,6 +260,15 @@ def trial_cost(its: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any
             "cost": (tuned_s - base_s) / total if total > 0 else 0.0}
 
 
+def summarize_trials(per: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Repeats' :func:`trial_cost` figures: each (``per_repeat``) and their medians (``vs_start`` over the repeats with trials)."""
+    speeds = [p["vs_start"] for p in per if p["vs_start"] is not None]
+    return {"per_repeat": list(per), "trials": statistics.median(p["trials"] for p in per),
+            "share": statistics.median(p["share"] for p in per),
+            "vs_start": statistics.median(speeds) if speeds else None,
+            "cost": statistics.median(p["cost"] for p in per)}
+
+
 def throughput(its: Sequence[Mapping[str, Any]], batch_size: int) -> float:
     """Samples/s of a run: all samples over all seconds."""
     secs = sum(float(r["seconds"]) for r in its)
@@ -292,22 +301,18 @@ def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mappin
     for m, row in rows.items():
         row["vs"] = {ref: row["median"] / rows[ref]["median"] for ref in REFS if ref in rows and rows[ref]["median"] > 0}
         if is_tuner(m) and "bytescheduler" in runs:
+            starts = runs["bytescheduler"]
             worst = []
             for r, its in enumerate(runs[m]):
-                base = runs["bytescheduler"][min(r, len(runs["bytescheduler"]) - 1)]
+                base = starts[min(r, len(starts) - 1)]  # the start config's run of the same round
                 ratio, at = worst_span_ratio([x["seconds"] for x in its], [x["seconds"] for x in base])
                 worst.append({"ratio": ratio, "first_iteration": its[at]["iteration"] if its else at})
             row["worst_span"] = {"span": HARM_SPAN, "per_repeat": worst,
                                  "median": statistics.median(w["ratio"] for w in worst), "max": max(w["ratio"] for w in worst)}
             made = (decisions or {}).get(m)
             if made:
-                per = [trial_cost(its, made[r], runs["bytescheduler"][min(r, len(runs["bytescheduler"]) - 1)])
-                       for r, its in enumerate(runs[m]) if r < len(made)]
-                speeds = [p["vs_start"] for p in per if p["vs_start"] is not None]
-                row["trials"] = {"per_repeat": per, "trials": statistics.median(p["trials"] for p in per),
-                                 "share": statistics.median(p["share"] for p in per),
-                                 "vs_start": statistics.median(speeds) if speeds else None,
-                                 "cost": statistics.median(p["cost"] for p in per)}
+                row["trials"] = summarize_trials([trial_cost(its, made[r], starts[min(r, len(starts) - 1)])
+                                                  for r, its in enumerate(runs[m]) if r < len(made)])
         if m == "bytescheduler" and len(runs[m]) > 1:
             # the start config against its own next repeat: how far two runs of one static config
             # differ over their worst span, the noise floor of the tuners' figure above
