@@ -154,3 +154,8 @@ register_tuner("autobyte-notify", _variant(settle="notify", rate_rise=None))
 register_tuner("autobyte-notify-rate", _variant(settle="notify", rate_rise=0.5))
 # the tuner of stop 29 before rate_rise became its default (answers at a check, reads no link rate)
 register_tuner("autobyte-stop29", _variant(**_BEFORE29))
+# stop 31: trials valued on this job's landscape: predictions shrunk towards the best measured by the spread of what the
+# job measured (prior 10% or 5%), and only gains beyond the mover's min_gain counted (AutoByteTuner shrink)
+register_tuner("autobyte-shrink", _variant(shrink=0.10))
+register_tuner("autobyte-shrink05", _variant(shrink=0.05))
+register_tuner("autobyte-notify-rate-shrink", _variant(settle="notify", rate_rise=0.5, shrink=0.10))

@@ -299,6 +299,15 @@ class AutoByteTuner(Tuner):
             whatever configuration runs
             (:class:`~autobyte.core.regime.RegimeDetector`; 0.5, default
             since stop 29; ``None``: the speed rule alone).
+        shrink: the explorer values a trial by what it can win on this job's
+            landscape: each prediction shrunk towards the best measured by
+            the spread of what this job measured (:meth:`Ledger.spread
+            <autobyte.meta._policies.Ledger.spread>`, starting from
+            ``shrink``, a spread in log units, worth one measurement), and
+            only the improvement beyond ``min_gain`` (what the mover acts
+            on) counted (:class:`~autobyte.meta._policies.Explorer`'s
+            ``spread`` and ``gain_floor``); ``None`` (default): predictions
+            and every improvement as they are.
         clean_check: a check of a configuration measured in this regime that
             shows no change, after a surprising measurement, judges the
             surprise as the predictor's (as a window would); without it a
@@ -350,6 +359,7 @@ class AutoByteTuner(Tuner):
         clean_check: bool = True,
         settle: bool | str = False,
         rate_rise: float | None = 0.5,
+        shrink: float | None = None,
     ) -> None:
         if settle not in SETTLE_MODES:
             raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
@@ -377,7 +387,9 @@ class AutoByteTuner(Tuner):
         self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
                                  abort_iters=min(7, trial_iters), near_best=near_best,
                                  min_predicted_gain=min_predicted_gain, time_units=time_units,
-                                 within_phase=within_phase)
+                                 within_phase=within_phase,
+                                 gain_floor=0.0 if shrink is None else math.log1p(min_gain))
+        self.shrink = None if shrink is None else _check_range("shrink", shrink, 1e-3, 10.0)
         self.verifier = Verifier()
         self.verify = bool(verify)
         if short_horizon_iters is not None:
@@ -472,7 +484,8 @@ class AutoByteTuner(Tuner):
                                               self.scorer.equivalence, self.scorer.downside() if self.tail else 0.0,
                                               self.scorer.trial_bias() if self.debias else 0.0,
                                               self.trial_record.factor() if self.payoff else 1.0,
-                                              self.ledger.left(obs.iteration))
+                                              self.ledger.left(obs.iteration),
+                                              None if self.shrink is None else self.ledger.spread(self.shrink))
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
