@@ -960,3 +960,101 @@ def test_autobyte_reads_the_link_rate_by_default_and_takes_settle_and_rate_rise(
         AutoByteTuner(fresh_net, background=False, settle="late")
     with pytest.raises(ValueError, match=r"rate_rise must be None or a number in \(0, 100\), but got rate_rise=0"):
         AutoByteTuner(fresh_net, background=False, rate_rise=0)
+
+
+# ---------------------------------------------------------------- trials valued on the job's own landscape (shrink)
+def test_ledger_spread_is_how_far_below_the_best_of_its_regime_configs_ran():
+    led = Ledger()
+    assert led.spread(0.10) == pytest.approx(0.10)  # nothing measured: the prior
+    led.observe(10, A, 100.0, False)
+    assert led.spread(0.10) == pytest.approx(0.10)  # the best of a regime says nothing of the spread
+    led.observe(20, B, 98.0, False)
+    led.observe(30, C, 97.0, False)
+    flat = math.sqrt((0.01 + math.log(0.98) ** 2 + math.log(0.97) ** 2) / 3)
+    assert led.spread(0.10) == pytest.approx(flat) and flat < 0.065  # a flat landscape: the prior worn down
+    led.observe(40, A, 50.0, True)  # new conditions, where B runs 20% faster than A
+    led.observe(50, B, 60.0, False)
+    assert led.current.ident == 1
+    wide = math.sqrt((0.01 + math.log(0.98) ** 2 + math.log(0.97) ** 2 + math.log(50 / 60) ** 2) / 4)
+    assert led.spread(0.10) == pytest.approx(wide) and wide > flat  # every regime's measurements count
+    assert led.spread(0.10, weight=3.0) == pytest.approx(
+        math.sqrt((0.03 + math.log(0.98) ** 2 + math.log(0.97) ** 2 + math.log(50 / 60) ** 2) / 6))
+
+
+@pytest.mark.parametrize("kw", [{"prior": 0.0}, {"prior": float("nan")}, {"weight": 0.0}, {"weight": 1e4}])
+def test_ledger_spread_rejects_bad_arguments(kw):
+    args = {"prior": 0.1, **kw}
+    with pytest.raises(ValueError, match=rf"{next(iter(kw))} must be a number in"):
+        Ledger().spread(**args)
+
+
+def test_explorer_shrinks_predictions_towards_the_best_measured_by_the_spread():
+    # B predicted 6% above the best measured, 5% error (7.5% at its distance), 5 iterations left: tried as predicted
+    # (expected gain 0.34 iterations, cost 0.11); on a landscape measured flat (2% spread) the prediction is mostly
+    # noise, shrunk to 0.4% above the best with a 2% error, and no trial pays (20 iterations left: one does, gain 0.20)
+    ex = Explorer()
+    args = (SPACE, SPACE.to_array(), np.asarray([100.0, 106.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.05, 5.0, None, 0)
+    plain = ex.propose(*args)
+    assert plain is not None and plain[0] == B and "shrunk" not in plain[1]
+    assert ex.propose(*args, spread=0.02) is None
+    wide = ex.propose(*args, spread=0.5)  # a landscape far wider than the error: the prediction almost as it is
+    assert wide is not None and wide[0] == B and "shrunk towards the best measured by the 50.0% spread" in wide[1]
+    s = 0.05 * (1 + 0.25 * 2)  # the error at B's distance (two powers of two from A)
+    w = 0.25 / (0.25 + s * s)
+    mu, sd = w * math.log(1.06), s * math.sqrt(w)
+    ei = sd * math.exp(-0.5 * (mu / sd) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / sd / math.sqrt(2)))
+    assert wide[2] == pytest.approx(ei)  # the expected improvement of the posterior
+    assert f"predicted {100 * math.exp(mu):.1f} samples/s" in wide[1]
+
+
+def test_explorer_counts_only_gains_beyond_the_floor():
+    # B predicted 3% faster, 2% error (3% at its distance): with 1.3 iterations left it pays when every improvement
+    # counts (3.2% of an iteration per iteration, cost 0.03), not when only what beats the mover's 2% threshold does
+    floor = Explorer(gain_floor=math.log1p(0.02))
+
+    def args(horizon):
+        return SPACE, SPACE.to_array(), np.asarray([100.0, 103.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.02, horizon, None, 0
+
+    assert Explorer().propose(*args(1.3))[0] == B
+    assert floor.propose(*args(1.3)) is None
+    got = floor.propose(*args(20.0))  # 20 left: it pays, its expected improvement the one beyond the floor
+    s = 0.02 * 1.5
+    mu = math.log(1.03) - math.log1p(0.02)
+    ei = s * math.exp(-0.5 * (mu / s) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / s / math.sqrt(2)))
+    assert got is not None and got[0] == B and got[2] == pytest.approx(ei)
+
+
+@pytest.mark.parametrize("kw, message", [({"spread": 0.0}, "spread must be a number in [1e-06, 10]"),
+                                         ({"spread": float("inf")}, "spread must be a number in [1e-06, 10]")])
+def test_explorer_rejects_a_bad_spread(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Explorer().propose(SPACE, SPACE.to_array(), np.asarray([100.0, 106.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.05, 20.0,
+                           None, 0, **kw)
+
+
+def test_explorer_rejects_a_bad_gain_floor():
+    with pytest.raises(ValueError, match=re.escape("gain_floor must be a number in [0, 1], but got gain_floor=-0.1")):
+        Explorer(gain_floor=-0.1)
+
+
+def test_tuner_shrink_explores_less_on_a_flat_landscape(fresh_net):
+    # the same job, the same windows: with shrink, once the configurations measured ran within 1% of each other the
+    # explorer's trials are valued on that landscape; the option is checked and reaches the explorer
+    with pytest.raises(ValueError, match=r"shrink must be a number in \[0.001, 10\], but got shrink=0"):
+        AutoByteTuner(fresh_net, background=False, shrink=0.0)
+    t = AutoByteTuner(fresh_net, background=False, shrink=0.05)
+    assert t.explorer.gain_floor == pytest.approx(math.log1p(0.02)) and AutoByteTuner(fresh_net).explorer.gain_floor == 0.0
+    cur = t.start(GRID, GRID[4])
+    for c, v in ((GRID[4], 100.0), (GRID[5], 99.0), (GRID[7], 99.5)):
+        t.ledger.observe(0, c, v, False)
+    assert t.ledger.spread(t.shrink) < 0.03
+    seen = []
+    orig = t.explorer.propose
+
+    def spy(*a, **k):
+        seen.append(a[-1] if len(a) > 15 else k.get("spread"))
+        return orig(*a, **k)
+
+    t.explorer.propose = spy
+    t.observe(_window(cur, FAST, 0))
+    assert seen and seen[0] is not None and seen[0] == pytest.approx(t.ledger.spread(t.shrink))
