@@ -530,36 +530,6 @@ class Ledger:
             return float(self.default_horizon)
         return max(0.0, typical - (iteration - self.current.started))
 
-    def spread(self, prior: float, weight: float = 1.0) -> float:
-        """How far below the best of its regime a configuration measured on this job ran: the landscape's spread.
-
-        The root mean square of ``log(speed / best)`` over every configuration
-        measured in every regime, the best of each left out (it is 0 by
-        construction), with ``weight`` measurements' worth of ``prior`` (a
-        spread in log units) before any: the scale of what an unmeasured
-        candidate can be expected to win or lose against the best measured,
-        learnt from this job. On a flat landscape (real CPU runs near
-        ByteScheduler's default: every trial within 1-4% of it) it shrinks
-        towards the noise of a window; where trials found 1.1x (a straggler)
-        it grows.
-
-        Raises:
-            ValueError: ``prior`` not in (0, 10] or ``weight`` not in (0, 1000].
-        """
-        prior = _check_range("prior", prior, 1e-6, 10.0)
-        weight = _check_range("weight", weight, 1e-6, 1000.0)
-        total, n = weight * prior * prior, weight
-        for r in self.regimes:
-            b = r.best()
-            if b is None:
-                continue
-            top = r.measured[b][0]
-            for c, v in r.measured.items():
-                if c != b:
-                    total += math.log(v[0] / top) ** 2
-                    n += 1
-        return math.sqrt(total / n)
-
     def _typical(self) -> float | None:
         """The median length of this regime's past occurrences (every regime's, for a new one); ``None`` before any ended."""
         ended = [d for r in self.regimes for d in r.durations]
@@ -822,18 +792,21 @@ class Explorer:
         scaled by it before it is weighed against the cost.
         ``left``: iterations this occurrence of the conditions is expected to
         last (``None``: as long as ``horizon``); read with ``within_phase``.
-        ``spread``: how far configurations measured on this job ran from the
-        best of their conditions (log units, :meth:`Ledger.spread`). A
-        candidate's truth is then taken as drawn from a landscape of that
-        spread around the best measured, and its prediction as one noisy
-        look at it (error ``s``): the prediction is shrunk towards the best
-        measured by ``spread^2 / (spread^2 + s^2)`` and its error narrowed
-        to ``s * sqrt(that)`` (a normal prior and likelihood). The
-        explorer picks the largest of many noisy predictions, which without
-        shrinking is biased upwards by about two errors (the winner's curse:
-        on real runs trials predicted 1-8% faster ran 2-12% slower); on a
-        landscape flatter than the predictor's error, few trials pay.
-        ``None``: predictions taken as they are.
+        ``spread``: how much this job's trials found beyond the best
+        measured (the explorer's units, :meth:`Payoff.spread`): the scale of
+        what an unmeasured candidate can win here. A candidate's improvement
+        is then taken as drawn from that scale around the best measured, and
+        its prediction as one noisy look at it (error ``s``): for the
+        expected improvement, the predicted gain is shrunk by ``w =
+        spread^2 / (spread^2 + s^2)`` and its error narrowed to ``s *
+        sqrt(w)`` (a normal prior and likelihood). The explorer picks the
+        largest of many noisy predictions, which without shrinking is
+        biased upwards by about two errors (the winner's curse: on real runs
+        trials predicted 1-8% faster ran 2-12% slower); where trials keep
+        finding nothing, few trials pay. The expected cost keeps the
+        prediction and its error as scored: landscapes have a ceiling near
+        the best and a long tail below it (a 128 KiB trial ran 44% below the
+        best), so the downside is not shrunk. ``None``: gains as predicted.
 
         Raises:
             ValueError: ``bias`` positive or not finite; ``payoff`` not in [0, 1]; ``spread`` not in (0, 10].
@@ -878,14 +851,14 @@ class Explorer:
             return None
         s = sigma * (1.0 + self.widen * dist)
         mu_gain = np.log(np.maximum(predicted, 1e-12) / best_known)
-        if spread is not None:  # the posterior of a candidate's log ratio to the best measured
+        mu_cost = np.log(np.maximum(predicted, 1e-12) / speed)
+        s_gain = s
+        if spread is not None:  # the posterior of a candidate's improvement, given what trials found here
             w = spread * spread / (spread * spread + s * s)
-            mu_gain, s = mu_gain * w, s * np.sqrt(w)
-            predicted = best_known * np.exp(mu_gain)
-        mu_cost = mu_gain + math.log(best_known / speed)
+            mu_gain, s_gain = mu_gain * w, s * np.sqrt(w)
         # in time units an iteration at speed v instead of v0 costs v0 / v - 1 of one, which a log
         # slowdown understates in the tail (10x slower: 9 iterations, log 2.3)
-        ei = self._gain(mu_gain - self.gain_floor, s)  # expected improvement over the best measured (beyond the floor)
+        ei = self._gain(mu_gain - self.gain_floor, s_gain)  # expected improvement over the best measured (beyond the floor)
         el = self._below(mu_cost, s, np.zeros_like(mu_cost))  # expected slowdown against the current config
         cost = el * self.trial_iters
         low = np.maximum(predicted, 1e-12) * np.exp(-np.maximum(s, downside))  # one error below, or as far as the worst miss
@@ -907,11 +880,10 @@ class Explorer:
             return None
         cfg = space[k]
         lowered = f", lowered {100 * (1 - math.exp(bias)):.0f}% as this job's trials ran" if bias < 0 else ""
-        if spread is not None:
-            lowered += f", shrunk towards the best measured by the {100 * spread:.1f}% spread measured on this job"
+        shrunk = "" if spread is None else f", its gain shrunk to the {100 * spread:.1f}% scale of what this job's trials found"
         paid = f" (x{payoff:.2f}: the share of expected gains this job's trials realised)" if payoff < 1 else ""
         return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s{lowered} (best measured {best_known:.1f}, "
-                     f"error {100 * s[k]:.0f}%): expected gain {payoff * ei[k] * horizon:.2f} iterations over {horizon:.0f} "
+                     f"error {100 * s[k]:.0f}%{shrunk}): expected gain {payoff * ei[k] * horizon:.2f} iterations over {horizon:.0f} "
                      f"left in these conditions{paid}, expected cost {cost[k]:.2f}"), float(ei[k])
 
 
@@ -986,6 +958,22 @@ class Payoff:
             return 1.0
         realised = sum(r for _, r in self.record) / mean_expected
         return min(1.0, (self.prior + realised) / (self.prior + len(self.record)))
+
+    def spread(self, prior: float, weight: float = 1.0) -> float:
+        """The scale of what this job's trials found: the root mean square of their realised improvements.
+
+        Over the trials remembered, with ``weight`` trials' worth of ``prior``
+        (in the explorer's units) before any: where trials keep finding
+        nothing faster it wears down to their noise, and the explorer
+        expects little of the next one (:class:`Explorer`'s ``spread``);
+        where one found 1.1x (a straggler) it grows.
+
+        Raises:
+            ValueError: ``prior`` not in (0, 10] or ``weight`` not in (0, 1000].
+        """
+        prior = _check_range("prior", prior, 1e-6, 10.0)
+        weight = _check_range("weight", weight, 1e-6, 1000.0)
+        return math.sqrt((weight * prior * prior + sum(r * r for _, r in self.record)) / (weight + len(self.record)))
 
     def state_dict(self) -> dict[str, Any]:
         p = self.pending

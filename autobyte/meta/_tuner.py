@@ -299,15 +299,15 @@ class AutoByteTuner(Tuner):
             whatever configuration runs
             (:class:`~autobyte.core.regime.RegimeDetector`; 0.5, default
             since stop 29; ``None``: the speed rule alone).
-        shrink: the explorer values a trial by what it can win on this job's
-            landscape: each prediction shrunk towards the best measured by
-            the spread of what this job measured (:meth:`Ledger.spread
-            <autobyte.meta._policies.Ledger.spread>`, starting from
-            ``shrink``, a spread in log units, worth one measurement), and
-            only the improvement beyond ``min_gain`` (what the mover acts
-            on) counted (:class:`~autobyte.meta._policies.Explorer`'s
-            ``spread`` and ``gain_floor``); ``None`` (default): predictions
-            and every improvement as they are.
+        shrink: the explorer values a trial by what trials won on this job:
+            each predicted gain shrunk to the scale of the improvements this
+            job's trials found (:meth:`Payoff.spread
+            <autobyte.meta._policies.Payoff.spread>`, starting from
+            ``shrink``, in log units, worth one trial), and only the
+            improvement beyond ``min_gain`` (what the mover acts on) counted
+            (:class:`~autobyte.meta._policies.Explorer`'s ``spread`` and
+            ``gain_floor``); costs as predicted. ``None`` (default): every
+            predicted improvement as it is.
         clean_check: a check of a configuration measured in this regime that
             shows no change, after a surprising measurement, judges the
             surprise as the predictor's (as a window would); without it a
@@ -485,7 +485,7 @@ class AutoByteTuner(Tuner):
                                               self.scorer.trial_bias() if self.debias else 0.0,
                                               self.trial_record.factor() if self.payoff else 1.0,
                                               self.ledger.left(obs.iteration),
-                                              None if self.shrink is None else self.ledger.spread(self.shrink))
+                                              None if self.shrink is None else self.trial_record.spread(self.shrink))
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
