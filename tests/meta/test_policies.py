@@ -963,48 +963,59 @@ def test_autobyte_reads_the_link_rate_by_default_and_takes_settle_and_rate_rise(
 
 
 # ---------------------------------------------------------------- trials valued on the job's own landscape (shrink)
-def test_ledger_spread_is_how_far_below_the_best_of_its_regime_configs_ran():
-    led = Ledger()
-    assert led.spread(0.10) == pytest.approx(0.10)  # nothing measured: the prior
-    led.observe(10, A, 100.0, False)
-    assert led.spread(0.10) == pytest.approx(0.10)  # the best of a regime says nothing of the spread
-    led.observe(20, B, 98.0, False)
-    led.observe(30, C, 97.0, False)
-    flat = math.sqrt((0.01 + math.log(0.98) ** 2 + math.log(0.97) ** 2) / 3)
-    assert led.spread(0.10) == pytest.approx(flat) and flat < 0.065  # a flat landscape: the prior worn down
-    led.observe(40, A, 50.0, True)  # new conditions, where B runs 20% faster than A
-    led.observe(50, B, 60.0, False)
-    assert led.current.ident == 1
-    wide = math.sqrt((0.01 + math.log(0.98) ** 2 + math.log(0.97) ** 2 + math.log(50 / 60) ** 2) / 4)
-    assert led.spread(0.10) == pytest.approx(wide) and wide > flat  # every regime's measurements count
-    assert led.spread(0.10, weight=3.0) == pytest.approx(
-        math.sqrt((0.03 + math.log(0.98) ** 2 + math.log(0.97) ** 2 + math.log(50 / 60) ** 2) / 6))
+def test_payoff_spread_is_the_scale_of_what_trials_found():
+    p = Payoff()
+    assert p.spread(0.05) == pytest.approx(0.05)  # no trial yet: the prior
+    for found in (100.0, 99.0, 101.0):  # three trials against a best of 100: nothing, nothing, 1%
+        p.expect(B, 0.05, 100.0)
+        p.outcome(B, found)
+    flat = math.sqrt((0.05 ** 2 + math.log(1.01) ** 2) / 4)
+    assert p.spread(0.05) == pytest.approx(flat) and flat < 0.03  # trials that find nothing wear it down
+    p.expect(C, 0.05, 100.0)
+    p.outcome(C, 112.0)  # one found 12%
+    wide = math.sqrt((0.05 ** 2 + math.log(1.01) ** 2 + math.log(1.12) ** 2) / 5)
+    assert p.spread(0.05) == pytest.approx(wide) and wide > 0.05
+    assert p.spread(0.05, weight=3.0) == pytest.approx(math.sqrt((3 * 0.05 ** 2 + math.log(1.01) ** 2 + math.log(1.12) ** 2) / 7))
+    r = Payoff()
+    r.load_state_dict(json.loads(json.dumps(p.state_dict())))
+    assert r.spread(0.05) == p.spread(0.05)  # carried in the saved state
 
 
 @pytest.mark.parametrize("kw", [{"prior": 0.0}, {"prior": float("nan")}, {"weight": 0.0}, {"weight": 1e4}])
-def test_ledger_spread_rejects_bad_arguments(kw):
+def test_payoff_spread_rejects_bad_arguments(kw):
     args = {"prior": 0.1, **kw}
     with pytest.raises(ValueError, match=rf"{next(iter(kw))} must be a number in"):
-        Ledger().spread(**args)
+        Payoff().spread(**args)
 
 
-def test_explorer_shrinks_predictions_towards_the_best_measured_by_the_spread():
+def test_explorer_shrinks_predicted_gains_to_the_scale_trials_found():
     # B predicted 6% above the best measured, 5% error (7.5% at its distance), 5 iterations left: tried as predicted
-    # (expected gain 0.34 iterations, cost 0.11); on a landscape measured flat (2% spread) the prediction is mostly
-    # noise, shrunk to 0.4% above the best with a 2% error, and no trial pays (20 iterations left: one does, gain 0.20)
+    # (expected gain 0.34 iterations, cost 0.11); where trials found 2% at most, its gain is mostly noise, shrunk to
+    # 0.4% with a 2% error, and no trial pays
     ex = Explorer()
     args = (SPACE, SPACE.to_array(), np.asarray([100.0, 106.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.05, 5.0, None, 0)
     plain = ex.propose(*args)
     assert plain is not None and plain[0] == B and "shrunk" not in plain[1]
     assert ex.propose(*args, spread=0.02) is None
-    wide = ex.propose(*args, spread=0.5)  # a landscape far wider than the error: the prediction almost as it is
-    assert wide is not None and wide[0] == B and "shrunk towards the best measured by the 50.0% spread" in wide[1]
+    wide = ex.propose(*args, spread=0.5)  # trials found far more than the error: the prediction almost as it is
+    assert wide is not None and wide[0] == B and "its gain shrunk to the 50.0% scale of what this job's trials found" in wide[1]
     s = 0.05 * (1 + 0.25 * 2)  # the error at B's distance (two powers of two from A)
     w = 0.25 / (0.25 + s * s)
     mu, sd = w * math.log(1.06), s * math.sqrt(w)
     ei = sd * math.exp(-0.5 * (mu / sd) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / sd / math.sqrt(2)))
     assert wide[2] == pytest.approx(ei)  # the expected improvement of the posterior
-    assert f"predicted {100 * math.exp(mu):.1f} samples/s" in wide[1]
+    assert "predicted 106.0 samples/s" in wide[1]  # the prediction itself, and the cost, as scored
+
+
+def test_explorer_does_not_shrink_the_downside():
+    # B predicted 6% above the best, 20% error (30% at its distance): its expected cost is the one its prediction and
+    # error give whatever the gain is shrunk to (a landscape has a long tail below the best, a ceiling above it)
+    args = (SPACE, SPACE.to_array(), np.asarray([100.0, 106.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.2, 400.0, None, 0)
+    plain, shrunk = Explorer().propose(*args), Explorer().propose(*args, spread=0.05)
+    assert plain is not None and shrunk is not None and plain[0] == shrunk[0] == B
+    cost = re.compile(r"expected cost ([0-9.]+)")
+    assert cost.search(plain[1]).group(1) == cost.search(shrunk[1]).group(1) != "0.00"
+    assert shrunk[2] < plain[2] / 3  # the gain is what shrank
 
 
 def test_explorer_counts_only_gains_beyond_the_floor():
@@ -1037,17 +1048,18 @@ def test_explorer_rejects_a_bad_gain_floor():
         Explorer(gain_floor=-0.1)
 
 
-def test_tuner_shrink_explores_less_on_a_flat_landscape(fresh_net):
-    # the same job, the same windows: with shrink, once the configurations measured ran within 1% of each other the
-    # explorer's trials are valued on that landscape; the option is checked and reaches the explorer
+def test_tuner_shrink_values_trials_by_what_trials_found(fresh_net):
+    # with shrink, after trials that found nothing the explorer is given the worn-down scale of what they found;
+    # the option is checked and reaches the explorer
     with pytest.raises(ValueError, match=r"shrink must be a number in \[0.001, 10\], but got shrink=0"):
         AutoByteTuner(fresh_net, background=False, shrink=0.0)
     t = AutoByteTuner(fresh_net, background=False, shrink=0.05)
     assert t.explorer.gain_floor == pytest.approx(math.log1p(0.02)) and AutoByteTuner(fresh_net).explorer.gain_floor == 0.0
     cur = t.start(GRID, GRID[4])
-    for c, v in ((GRID[4], 100.0), (GRID[5], 99.0), (GRID[7], 99.5)):
-        t.ledger.observe(0, c, v, False)
-    assert t.ledger.spread(t.shrink) < 0.03
+    for c in (GRID[5], GRID[7]):  # two trials that found nothing
+        t.trial_record.expect(c, 0.05, 100.0)
+        t.trial_record.outcome(c, 99.0)
+    assert t.trial_record.spread(t.shrink) == pytest.approx(0.05 / math.sqrt(3))
     seen = []
     orig = t.explorer.propose
 
@@ -1057,4 +1069,16 @@ def test_tuner_shrink_explores_less_on_a_flat_landscape(fresh_net):
 
     t.explorer.propose = spy
     t.observe(_window(cur, FAST, 0))
-    assert seen and seen[0] is not None and seen[0] == pytest.approx(t.ledger.spread(t.shrink))
+    assert seen and seen[0] == pytest.approx(0.05 / math.sqrt(3))
+    off = AutoByteTuner(fresh_net, background=False)
+    off.start(GRID, GRID[4])
+    seen.clear()
+    orig_off = off.explorer.propose
+
+    def spy_off(*a, **k):
+        seen.append(a[-1] if len(a) > 15 else k.get("spread"))
+        return orig_off(*a, **k)
+
+    off.explorer.propose = spy_off
+    off.observe(_window(GRID[4], FAST, 0))
+    assert seen == [None]  # off: gains as predicted
