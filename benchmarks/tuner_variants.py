@@ -49,7 +49,7 @@ register_tuner("autobyte-no-calibration", _variant(calibrate=False))
 register_tuner("autobyte-neither", _variant(equivalent=False, calibrate=False))
 # measured on 2026-11-26 (docs/evaluation.md), each as it ran then: the tuner of 2026-11-25 plus one change
 # before stop 29 the tuner heard of a change at the mixed check and read no link rate (settle=False, rate_rise=None)
-_BEFORE29: dict[str, Any] = dict(settle=False, rate_rise=None)
+_BEFORE29: dict[str, Any] = dict(settle=False, rate_rise=None, shrink=None)
 _STOP22 = dict(refile=False, tail=False, max_distance=3.0, **_BEFORE29)
 register_tuner("autobyte-stop22", _variant(**_STOP22))
 register_tuner("autobyte-near", _variant(**_STOP22, near_best=0.10))
@@ -151,7 +151,7 @@ register_tuner("autobyte-stop28-rate", _variant(answer_at_check=False, clean_che
 # stop 29: the check that shows a change is kept by no one (detector, guard, ledger: it mixes both regimes), but the
 # tuner is told at once (settle="notify") and can probe for a past regime; alone and with the achieved-rate signal
 register_tuner("autobyte-notify", _variant(settle="notify", rate_rise=None))
-register_tuner("autobyte-notify-rate", _variant(settle="notify", rate_rise=0.5))
+register_tuner("autobyte-notify-rate", _variant(settle="notify", rate_rise=0.5))  # with shrink since stop 31
 # the tuner of stop 29 before rate_rise became its default (answers at a check, reads no link rate)
 register_tuner("autobyte-stop29", _variant(**_BEFORE29))
 # stop 31: trials valued by what this job's trials found: predicted gains shrunk to the scale of the improvements its
@@ -159,6 +159,7 @@ register_tuner("autobyte-stop29", _variant(**_BEFORE29))
 # (AutoByteTuner shrink). A first version shrank towards the spread of every measured configuration below the best
 # of its regime (slow trials widened it, so it explored as much: 6.5 trials per run against 7 on the real cnn-step)
 register_tuner("autobyte-shrink", _variant(shrink=0.10))
+register_tuner("autobyte-noshrink", _variant(shrink=None))  # the tuner of stop 30 (shrink=0.05 the default since stop 31)
 register_tuner("autobyte-shrink05", _variant(shrink=0.05))
 register_tuner("autobyte-shrink03", _variant(shrink=0.03))
 register_tuner("autobyte-notify-rate-shrink", _variant(settle="notify", rate_rise=0.5, shrink=0.10))

@@ -1054,7 +1054,7 @@ def test_tuner_shrink_values_trials_by_what_trials_found(fresh_net):
     with pytest.raises(ValueError, match=r"shrink must be a number in \[0.001, 10\], but got shrink=0"):
         AutoByteTuner(fresh_net, background=False, shrink=0.0)
     t = AutoByteTuner(fresh_net, background=False, shrink=0.05)
-    assert t.explorer.gain_floor == pytest.approx(math.log1p(0.02)) and AutoByteTuner(fresh_net).explorer.gain_floor == 0.0
+    assert t.explorer.gain_floor == pytest.approx(math.log1p(0.02)) and AutoByteTuner(fresh_net, shrink=None).explorer.gain_floor == 0.0
     cur = t.start(GRID, GRID[4])
     for c in (GRID[5], GRID[7]):  # two trials that found nothing
         t.trial_record.expect(c, 0.05, 100.0)
@@ -1070,7 +1070,8 @@ def test_tuner_shrink_values_trials_by_what_trials_found(fresh_net):
     t.explorer.propose = spy
     t.observe(_window(cur, FAST, 0))
     assert seen and seen[0] == pytest.approx(0.05 / math.sqrt(3))
-    off = AutoByteTuner(fresh_net, background=False)
+    assert AutoByteTuner(fresh_net).shrink == 0.05  # the default
+    off = AutoByteTuner(fresh_net, background=False, shrink=None)
     off.start(GRID, GRID[4])
     seen.clear()
     orig_off = off.explorer.propose
