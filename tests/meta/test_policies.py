@@ -122,6 +122,11 @@ def test_verifier_re_measures_the_config_a_surprising_trial_left():
 
 
 # ---------------------------------------------------------------- explorer
+def _expected_improvement(mu: float, s: float) -> float:
+    """``E[max(X, 0)]`` for ``X ~ N(mu, s^2)``, in closed form: what the explorer's gain must equal."""
+    return s * math.exp(-0.5 * (mu / s) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / s / math.sqrt(2)))
+
+
 def _explore(predicted, measured, current=A, speed=100.0, sigma=0.05, horizon=200.0, allowance=None, misses=0, **kw):
     return Explorer(**kw).propose(SPACE, SPACE.to_array(), np.asarray(predicted, float), measured, current, speed, sigma,
                                   horizon, allowance, misses)
@@ -878,8 +883,7 @@ def test_explorer_scales_expected_gains_by_the_payoff():
     assert full is not None and full[0] == B and "realised" not in full[1]
     # its expected gain before the payoff: the expected improvement at the error widened by 2 powers of two of distance
     mu, sd = math.log(1.06), 0.05 * (1 + 0.25 * 2)
-    ei = sd * math.exp(-0.5 * (mu / sd) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / sd / math.sqrt(2)))
-    assert full[2] == pytest.approx(ei)
+    assert full[2] == pytest.approx(_expected_improvement(mu, sd))
     half = pick(0.5)
     assert half is not None and half[0] == B and "(x0.50: the share of expected gains this job's trials realised)" in half[1]
     assert pick(0.2) is None
@@ -1004,8 +1008,7 @@ def test_explorer_shrinks_predicted_gains_to_the_scale_trials_found():
     s = 0.05 * (1 + 0.25 * 2)  # the error at B's distance (two powers of two from A)
     w = 0.25 / (0.25 + s * s)
     mu, sd = w * math.log(1.06), s * math.sqrt(w)
-    ei = sd * math.exp(-0.5 * (mu / sd) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / sd / math.sqrt(2)))
-    assert wide[2] == pytest.approx(ei)  # the expected improvement of the posterior
+    assert wide[2] == pytest.approx(_expected_improvement(mu, sd))  # the expected improvement of the posterior
     assert "predicted 106.0 samples/s" in wide[1]  # the prediction itself, and the cost, as scored
 
 
@@ -1033,8 +1036,7 @@ def test_explorer_counts_only_gains_beyond_the_floor():
     got = floor.propose(*args(20.0))  # 20 left: it pays, its expected improvement the one beyond the floor
     s = 0.02 * 1.5
     mu = math.log(1.03) - math.log1p(0.02)
-    ei = s * math.exp(-0.5 * (mu / s) ** 2) / math.sqrt(2 * math.pi) + mu * 0.5 * (1 + math.erf(mu / s / math.sqrt(2)))
-    assert got is not None and got[0] == B and got[2] == pytest.approx(ei)
+    assert got is not None and got[0] == B and got[2] == pytest.approx(_expected_improvement(mu, s))
 
 
 @pytest.mark.parametrize("kw, message", [({"spread": 0.0}, "spread must be a number in [1e-06, 10]"),
@@ -1050,6 +1052,18 @@ def test_explorer_rejects_a_bad_gain_floor():
         Explorer(gain_floor=-0.1)
 
 
+def _spy_on_spread(t: AutoByteTuner) -> list:
+    """The ``spread`` the tuner passes its explorer at each proposal from now on (a list that fills as it runs)."""
+    propose, seen = t.explorer.propose, []
+
+    def spy(*a, **k):
+        seen.append(a[15] if len(a) > 15 else k.get("spread"))
+        return propose(*a, **k)
+
+    t.explorer.propose = spy
+    return seen
+
+
 def test_tuner_shrink_values_trials_by_what_trials_found(fresh_net):
     # with shrink, after trials that found nothing the explorer is given the worn-down scale of what they found;
     # the option is checked and reaches the explorer
@@ -1062,26 +1076,12 @@ def test_tuner_shrink_values_trials_by_what_trials_found(fresh_net):
         t.trial_record.expect(c, 0.05, 100.0)
         t.trial_record.outcome(c, 99.0)
     assert t.trial_record.spread(t.shrink) == pytest.approx(0.05 / math.sqrt(3))
-    seen = []
-    orig = t.explorer.propose
-
-    def spy(*a, **k):
-        seen.append(a[-1] if len(a) > 15 else k.get("spread"))
-        return orig(*a, **k)
-
-    t.explorer.propose = spy
+    seen = _spy_on_spread(t)
     t.observe(_window(cur, FAST, 0))
     assert seen and seen[0] == pytest.approx(0.05 / math.sqrt(3))
     assert AutoByteTuner(fresh_net).shrink == 0.05  # the default
     off = AutoByteTuner(fresh_net, background=False, shrink=None)
     off.start(GRID, GRID[4])
-    seen.clear()
-    orig_off = off.explorer.propose
-
-    def spy_off(*a, **k):
-        seen.append(a[-1] if len(a) > 15 else k.get("spread"))
-        return orig_off(*a, **k)
-
-    off.explorer.propose = spy_off
+    seen = _spy_on_spread(off)
     off.observe(_window(GRID[4], FAST, 0))
     assert seen == [None]  # off: gains as predicted
