@@ -163,3 +163,28 @@ register_tuner("autobyte-noshrink", _variant(shrink=None))  # the tuner of stop 
 register_tuner("autobyte-shrink05", _variant(shrink=0.05))
 register_tuner("autobyte-shrink03", _variant(shrink=0.03))
 register_tuner("autobyte-notify-rate-shrink", _variant(settle="notify", rate_rise=0.5, shrink=0.10))
+# stop 32: a job starts where past jobs on this cluster measured fastest (AutoByteTuner(history_dir=...)).
+# The folder is $AUTOBYTE_HISTORY_DIR (absolute; the ranks run elsewhere); $AUTOBYTE_HISTORY_WRITE=0 reads
+# it only (the held-out runs, judged on a history of the tuning scenarios they must not add to).
+_HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))
+_HISTORY_WRITE = os.environ.get("AUTOBYTE_HISTORY_WRITE", "1") != "0"
+register_tuner("autobyte-history", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE))
+
+
+def _static_history(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
+    """The fair static baseline of ``autobyte-history``: static at the configuration the same history picks."""
+    from autobyte.core.space import Config, SearchSpace
+    from autobyte.core.tuning import StaticTuner
+    from autobyte.meta._history import JobHistory
+
+    class StaticHistory(StaticTuner):
+        name = "static-history"
+
+        def start(self, space: SearchSpace, initial: Config) -> Config:
+            super().start(space, initial)
+            return JobHistory(_HISTORY, write=False).pick(space, initial)[0]
+
+    return StaticHistory()
+
+
+register_tuner("static-history", _static_history)

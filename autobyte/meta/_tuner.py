@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import threading
 import time
 import warnings
@@ -15,6 +16,7 @@ import numpy as np
 from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuning import SETTLE_MODES, Decision, Observation, Tuner
 
+from ._history import JobHistory, new_job_id
 from ._network import MetaNetwork, _Head
 from ._simscore import SimPredictor
 from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Payoff, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
@@ -310,6 +312,14 @@ class AutoByteTuner(Tuner):
             on the real full suite the same speed on the tuning scenarios and
             +1.6 points held out, fewer trials; docs/benchmarks.md 7.14).
             ``None``: every predicted improvement as it is.
+        history_dir: a folder shared by the jobs of one cluster
+            (:class:`~autobyte.meta._history.JobHistory`): the job starts at
+            the configuration past jobs measured fastest against the one given
+            (when it won by ``min_gain`` over 2+ regimes; the reason is
+            :attr:`started_from`, logged) and keeps what it measures there, one
+            file per job, rewritten at every window. ``None`` (default): no history.
+        history_write: add this job's measurements to ``history_dir``
+            (``False``: read only, e.g. a job judged on a history it must not add to).
         clean_check: a check of a configuration measured in this regime that
             shows no change, after a surprising measurement, judges the
             surprise as the predictor's (as a window would); without it a
@@ -362,6 +372,8 @@ class AutoByteTuner(Tuner):
         settle: bool | str = False,
         rate_rise: float | None = 0.5,
         shrink: float | None = 0.05,
+        history_dir: str | os.PathLike[str] | None = None,
+        history_write: bool = True,
     ) -> None:
         if settle not in SETTLE_MODES:
             raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
@@ -392,6 +404,10 @@ class AutoByteTuner(Tuner):
                                  within_phase=within_phase,
                                  gain_floor=0.0 if shrink is None else math.log1p(min_gain))
         self.shrink = None if shrink is None else _check_range("shrink", shrink, 1e-3, 10.0)
+        self.history = None if history_dir is None else JobHistory(history_dir, write=history_write, min_gain=min_gain)
+        self.job = new_job_id()  # this job's file in the history folder (kept by state_dict: a resumed job goes on in it)
+        #: why the job started where it did (the history's reason; ``None`` without a history)
+        self.started_from: str | None = None
         self.verifier = Verifier()
         self.verify = bool(verify)
         if short_horizon_iters is not None:
@@ -438,6 +454,10 @@ class AutoByteTuner(Tuner):
         sim = SimPredictor(space, fit=self.predictor == "simulator-fit") if self.predictor != "network" else None
         self.scorer = Scorer(self.net, space, equivalent=self.equivalent, calibrate=self.calibrate, predictor=sim)
         self._reset()
+        self.started_from = None
+        if self.history is not None and self.enabled and len(space) > 1:
+            initial, self.started_from = self.history.pick(space, initial, exclude=self.job)
+            _log.info("autobyte: %s", self.started_from)
         return initial
 
     # ------------------------------------------------------------------ decision
@@ -446,6 +466,8 @@ class AutoByteTuner(Tuner):
         try:
             return self._observe(obs)
         finally:
+            if self.history is not None:
+                self.history.save(self.job, self.ledger.regimes, self.ledger.memory)
             self.cpu_s += time.process_time() - t0
 
     def _observe(self, obs: Observation) -> Decision | None:
@@ -693,6 +715,7 @@ class AutoByteTuner(Tuner):
 
         return {
             "window": self._window,
+            "job": self.job,
             "ledger": self.ledger.state_dict(),
             "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
             "learner": self.learner.state_dict(),
@@ -731,6 +754,7 @@ class AutoByteTuner(Tuner):
             head.d = d
             self.net._np_head = head  # one reference swap, as adaptation does
         self._window = int(state.get("window", self._window))
+        self.job = str(state.get("job", self.job))
         self.ledger.load_state_dict(state.get("ledger", {}))
         if hasattr(self, "scorer"):
             self.scorer.load_state_dict(state.get("scorer", {}))

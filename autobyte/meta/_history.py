@@ -1,0 +1,182 @@
+"""What past jobs on this cluster measured: where a new job starts.
+
+Every configuration an :class:`~autobyte.meta.AutoByteTuner` measures is
+measured in one set of conditions (a regime of its
+:class:`~autobyte.meta._policies.Ledger`), so the speeds of two
+configurations of one regime compare them, whatever the model and the link.
+With ``history_dir`` set, the tuner keeps its ledger in that folder, one JSON
+file per job, and a new job starts at the configuration those regimes
+measured fastest (:meth:`JobHistory.pick`) instead of the one it was given.
+
+The pick is a least-squares fit of every kept measurement's log speed to a
+level per regime plus an effect per configuration (the configuration given
+to this job fixed at 0; every other effect drawn towards 0 by ``prior``
+windows, so a configuration seen in one window of one regime moves little).
+The start moves only when the best effect beats the given configuration's
+by ``min_gain`` and comes from at least ``min_regimes`` regimes. Effects are
+assumed to carry over between models and conditions: where they do not (a
+cluster that trains models of very different shape), the tuner's trials and
+the do-no-harm guard (whose reference is the start picked here) take over.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..core.space import Config, SearchSpace
+from ._policies import Regime, _check_range
+
+#: format of a job's file; a file of another version is skipped (warned)
+VERSION = 1
+
+
+class JobHistory:
+    """A folder of past jobs' measurements, and the start they suggest.
+
+    Args:
+        folder: where the jobs' files are (created at the first save).
+        write: save this job's measurements there (``False``: read only, e.g.
+            to judge a job on a history it must not add to).
+        min_gain: relative advantage over the given configuration the best
+            configuration of the history needs to be started from (0.02).
+        prior: windows' worth of "no better than the given configuration"
+            each effect starts from (1.0).
+        min_regimes: regimes a configuration must have been measured in,
+            beside another configuration, to be started from (2).
+        max_jobs: the most recent job files read (64).
+
+    Raises:
+        TypeError: ``folder`` not a path.
+        ValueError: a threshold out of range.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], *, write: bool = True, min_gain: float = 0.02,
+                 prior: float = 1.0, min_regimes: int = 2, max_jobs: int = 64) -> None:
+        if not isinstance(folder, (str, os.PathLike)) or not str(folder):
+            raise TypeError(f"history_dir must be a folder path (str or os.PathLike), but got {folder!r}.")
+        self.folder = Path(folder).expanduser()
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ValueError(f"history_dir must be a folder, but {str(self.folder)!r} is a file.")
+        self.write = bool(write)
+        self.min_gain = _check_range("history min_gain", min_gain, 0.0, 10.0)
+        self.prior = _check_range("history prior", prior, 1e-6, 1e6)
+        self.min_regimes = int(_check_range("history min_regimes", min_regimes, 1, 1e6))
+        self.max_jobs = int(_check_range("history max_jobs", max_jobs, 1, 1e6))
+
+    # ------------------------------------------------------------------ files
+    def path(self, job: str) -> Path:
+        return self.folder / f"job-{job}.json"
+
+    def save(self, job: str, regimes: Iterable[Regime], memory: int = 3) -> None:
+        """Write this job's regimes (each configuration's speed and windows, at most ``memory``) to its file.
+
+        Atomic (a reader sees the old file or the new one); an error is warned, never raised:
+        the history must not stop training.
+        """
+        if not self.write:
+            return
+        kept = []
+        for r in regimes:
+            rows = [[c.partition_bytes, c.credit_bytes, float(m[0]), float(min(m[1], memory))]
+                    for c, m in r.measured.items() if m[0] > 0 and math.isfinite(m[0])]
+            if rows:
+                kept.append({"measured": rows, "iterations": int(sum(r.durations))})
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".job-", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"version": VERSION, "job": job, "regimes": kept}, f)
+            os.replace(tmp, self.path(job))
+        except OSError as exc:
+            warnings.warn(f"autobyte: cannot save the job history in {str(self.folder)!r} ({exc}); training goes on.",
+                          stacklevel=3)
+
+    def load(self, exclude: str | None = None) -> list[list[tuple[Config, float, float]]]:
+        """Every regime of the most recent ``max_jobs`` job files but ``exclude``'s: ``(config, speed, windows)`` rows.
+
+        Unreadable files and files of another format version are skipped with a warning.
+        """
+        if not self.folder.is_dir():
+            return []
+        files = sorted(self.folder.glob("job-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        out: list[list[tuple[Config, float, float]]] = []
+        for p in files[: self.max_jobs + (exclude is not None)]:
+            if exclude is not None and p.name == self.path(exclude).name:
+                continue
+            try:
+                data = json.loads(p.read_text())
+                if data.get("version") != VERSION:
+                    raise ValueError(f"format version {data.get('version')!r}, expected {VERSION}")
+                for r in data["regimes"]:
+                    rows = [(Config(int(m[0]), int(m[1])), float(m[2]), float(m[3])) for m in r["measured"]]
+                    if any(not (s > 0 and math.isfinite(s) and w > 0) for _, s, w in rows):
+                        raise ValueError("a speed or window count that is not a positive number")
+                    out.append(rows)
+            except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+                warnings.warn(f"autobyte: skipping job history file {str(p)!r} ({exc}).", stacklevel=3)
+        return out
+
+    # ------------------------------------------------------------------ the pick
+    def effects(self, regimes: Sequence[Sequence[tuple[Config, float, float]]], initial: Config,
+                space: SearchSpace | None = None) -> dict[Config, tuple[float, int]]:
+        """Each configuration's effect (log speed against ``initial``) and the regimes it was compared in.
+
+        Only regimes with two configurations or more compare anything; with
+        ``space``, configurations outside it are left out.
+        """
+        rows = [[(c, s, w) for c, s, w in r if space is None or c in space] for r in regimes]
+        rows = [r for r in rows if len({c for c, _, _ in r}) >= 2]
+        if not rows:
+            return {}
+        cfgs = sorted({c for r in rows for c, _, _ in r if c != initial})
+        if not cfgs:
+            return {}
+        col = {c: i for i, c in enumerate(cfgs)}
+        n_r, n_c = len(rows), len(cfgs)
+        a_rows, y, w = [], [], []
+        for i, r in enumerate(rows):
+            for c, s, wt in r:
+                x = np.zeros(n_r + n_c)
+                x[i] = 1.0
+                if c != initial:
+                    x[n_r + col[c]] = 1.0
+                a_rows.append(x)
+                y.append(math.log(s))
+                w.append(math.sqrt(wt))
+        sw = np.asarray(w)
+        a = np.asarray(a_rows) * sw[:, None]
+        ridge = np.zeros((n_c, n_r + n_c))
+        ridge[:, n_r:] = math.sqrt(self.prior) * np.eye(n_c)
+        sol = np.linalg.lstsq(np.vstack([a, ridge]), np.concatenate([np.asarray(y) * sw, np.zeros(n_c)]), rcond=None)[0]
+        seen = {c: sum(1 for r in rows if any(x == c for x, _, _ in r)) for c in cfgs}
+        return {c: (float(sol[n_r + col[c]]), seen[c]) for c in cfgs}
+
+    def pick(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> tuple[Config, str]:
+        """The configuration to start from, and why (``initial`` when the history does not beat it)."""
+        regimes = self.load(exclude)
+        eff = self.effects(regimes, initial, space)
+        ok = {c: e for c, (e, n) in eff.items() if n >= self.min_regimes}
+        if not ok:
+            return initial, (f"history: {len(regimes)} regimes in {str(self.folder)!r}, no configuration compared in "
+                             f"{self.min_regimes}+ of them; starting at {initial}")
+        best = max(ok, key=ok.__getitem__)
+        gain = math.expm1(ok[best])
+        if ok[best] <= math.log1p(self.min_gain):
+            return initial, (f"history: the fastest of past jobs, {best}, ran {100 * gain:+.1f}% against {initial} "
+                             f"over {eff[best][1]} regimes (under {100 * self.min_gain:.0f}%); starting at {initial}")
+        return best, (f"history: {best} ran {100 * gain:+.1f}% against {initial} over the {eff[best][1]} regimes of "
+                      f"past jobs that compared it ({len(regimes)} kept in {str(self.folder)!r}); starting there")
+
+
+def new_job_id() -> str:
+    """A job's name in the history folder (12 hex digits, random)."""
+    return uuid.uuid4().hex[:12]
