@@ -131,9 +131,9 @@ class JobHistory:
         """Each configuration's effect (log speed against ``initial``) and the regimes it was compared in.
 
         Only regimes with two configurations or more compare anything; with
-        ``space``, configurations outside it are left out.
+        ``space``, configurations outside it are left out (``initial`` never is).
         """
-        rows = [[(c, s, w) for c, s, w in r if space is None or c in space] for r in regimes]
+        rows = [[(c, s, w) for c, s, w in r if space is None or c in space or c == initial] for r in regimes]
         rows = [r for r in rows if len({c for c, _, _ in r}) >= 2]
         if not rows:
             return {}
