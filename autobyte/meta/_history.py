@@ -93,6 +93,7 @@ class JobHistory:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".job-", suffix=".tmp")
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from the cluster's other users
             with os.fdopen(fd, "w") as f:
                 json.dump({"version": VERSION, "job": job, "regimes": kept}, f)
             os.replace(tmp, self.path(job))
