@@ -67,10 +67,10 @@ class JobHistory:
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"history_dir must be a folder, but {str(self.folder)!r} is a file.")
         self.write = bool(write)
-        self.min_gain = _check_range("history min_gain", min_gain, 0.0, 10.0)
-        self.prior = _check_range("history prior", prior, 1e-6, 1e6)
-        self.min_regimes = int(_check_range("history min_regimes", min_regimes, 1, 1e6))
-        self.max_jobs = int(_check_range("history max_jobs", max_jobs, 1, 1e6))
+        self.min_gain = _check_range("min_gain", min_gain, 0.0, 10.0)
+        self.prior = _check_range("prior", prior, 1e-9, 1e6)
+        self.min_regimes = int(_check_range("min_regimes", min_regimes, 1, 1e6))
+        self.max_jobs = int(_check_range("max_jobs", max_jobs, 1, 1e6))
 
     # ------------------------------------------------------------------ files
     def path(self, job: str) -> Path:

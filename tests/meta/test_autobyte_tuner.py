@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
@@ -121,3 +122,66 @@ def test_adaptation_never_raises_into_training(fresh_net):
         warnings.simplefilter("ignore")
         ad.start(np.zeros((2, 3)), np.zeros((2, 12)), np.zeros(2), background=False)  # wrong width
     assert ad.n_runs == 1  # failed, logged, predictor unchanged
+
+
+# ---------------------------------------------------------------- history of past jobs
+
+
+def _past_job(folder, job: str, fast: Config, gain: float = 0.10) -> None:
+    """A past job's file: ``fast`` ran ``gain`` faster than SPACE[0] in two regimes."""
+    from autobyte.meta._history import JobHistory
+    from autobyte.meta._policies import Regime
+
+    JobHistory(folder).save(job, [Regime(i, {SPACE[0]: [lv, 3.0, 1.0], fast: [lv * (1 + gain), 3.0, 1.0]})
+                                  for i, lv in enumerate([80.0, 200.0])])
+
+
+def test_history_starts_where_past_jobs_ran_fastest_and_keeps_this_jobs_windows(fresh_net, tmp_path):
+    tmp_path = tmp_path / "history"  # fresh_net keeps its weights in tmp_path
+    _past_job(tmp_path, "past", SPACE[5])
+    t = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path)
+    cur = t.start(SPACE, SPACE[0])
+    assert cur == SPACE[5]
+    assert t.started_from is not None and "over the 2 regimes" in t.started_from
+    for w in range(3):
+        d = t.observe(obs(cur, w))
+        cur = d.config if d is not None else cur
+    mine = json.loads((tmp_path / f"job-{t.job}.json").read_text())
+    measured = {(m[0], m[1]) for r in mine["regimes"] for m in r["measured"]}
+    assert (SPACE[5].partition_bytes, SPACE[5].credit_bytes) in measured
+    # a resumed job goes on in its own file, and its own file never picks its start
+    t2 = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path)
+    t2.load_state_dict(t.state_dict())
+    assert t2.job == t.job
+    assert t2.history is not None and len(t2.history.load(exclude=t2.job)) == 2
+
+
+def test_history_read_only_or_tuning_off(fresh_net, tmp_path):
+    tmp_path = tmp_path / "history"  # fresh_net keeps its weights in tmp_path
+    _past_job(tmp_path, "past", SPACE[5])
+    ro = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False)
+    cur = ro.start(SPACE, SPACE[0])
+    assert cur == SPACE[5]
+    ro.observe(obs(cur, 0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job-past.json"]
+    off = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, enabled=False)
+    assert off.start(SPACE, SPACE[0]) == SPACE[0] and off.started_from is None
+
+
+def test_without_history_the_start_is_the_given_one(fresh_net, tmp_path):
+    t = AutoByteTuner(fresh_net, background=False)
+    assert t.start(SPACE, SPACE[3]) == SPACE[3] and t.history is None and t.started_from is None
+
+
+def test_history_start_is_the_guards_reference(fresh_net, tmp_path):
+    tmp_path = tmp_path / "history"  # fresh_net keeps its weights in tmp_path
+    _past_job(tmp_path, "past", SPACE[5])
+    ctl = Controller(AutoByteTuner(fresh_net, background=False, history_dir=tmp_path), SPACE, SPACE[0], "ps",
+                     layer_bytes=[4e6, 4e6])
+    assert ctl.current == SPACE[5]
+    assert ctl.guard is not None and ctl.guard.initial == SPACE[5]
+
+
+def test_bad_history_dir_is_a_clear_error(fresh_net, tmp_path):
+    with pytest.raises(TypeError, match=r"history_dir must be a folder path .* got 3"):
+        AutoByteTuner(fresh_net, history_dir=3)  # type: ignore[arg-type]
