@@ -108,11 +108,11 @@ class JobHistory:
         """
         if not self.folder.is_dir():
             return []
-        files = sorted(self.folder.glob("job-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        mine = None if exclude is None else self.path(exclude).name
+        files = sorted((p for p in self.folder.glob("job-*.json") if p.name != mine),
+                       key=lambda p: p.stat().st_mtime, reverse=True)
         out: list[list[tuple[Config, float, float]]] = []
-        for p in files[: self.max_jobs + (exclude is not None)]:
-            if exclude is not None and p.name == self.path(exclude).name:
-                continue
+        for p in files[: self.max_jobs]:
             try:
                 data = json.loads(p.read_text())
                 if data.get("version") != VERSION:

@@ -135,3 +135,15 @@ def test_a_file_is_not_a_folder(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match=r"history_dir must be a folder, but .* is a file"):
         JobHistory(tmp_path / "f")
+
+
+def test_only_the_most_recent_jobs_are_read(tmp_path):
+    import os
+
+    for i, job in enumerate(["old", "mid", "new"]):
+        _write(tmp_path, job, [[(DEFAULT, 100.0 + i, 1.0), (A, 110.0, 1.0)]])
+        os.utime(tmp_path / f"job-{job}.json", (1000 + i, 1000 + i))
+    h = JobHistory(tmp_path, max_jobs=2)
+    assert sorted(r[0][1] for r in h.load()) == [101.0, 102.0]
+    assert sorted(r[0][1] for r in h.load(exclude="new")) == [100.0, 101.0]  # one's own file does not count
+    assert len(h.load(exclude="not-yet-saved")) == 2  # a job that has saved nothing yet reads max_jobs files too
