@@ -175,7 +175,7 @@ class JobHistory:
             return initial, (f"history: the fastest of past jobs, {best}, ran {100 * gain:+.1f}% against {initial} "
                              f"over {eff[best][1]} regimes (under {100 * self.min_gain:.0f}%); starting at {initial}")
         return best, (f"history: {best} ran {100 * gain:+.1f}% against {initial} over the {eff[best][1]} regimes of "
-                      f"past jobs that compared it ({len(regimes)} kept in {str(self.folder)!r}); starting there")
+                      f"past jobs that compared it ({len(regimes)} regimes kept in {str(self.folder)!r}); starting there")
 
 
 def new_job_id() -> str:
