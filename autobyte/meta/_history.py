@@ -109,19 +109,20 @@ class JobHistory:
         if not self.folder.is_dir():
             return []
         mine = None if exclude is None else self.path(exclude).name
-        files = sorted((p for p in self.folder.glob("job-*.json") if p.name != mine),
-                       key=lambda p: p.stat().st_mtime, reverse=True)
+        files = sorted((p for p in self.folder.glob("job-*.json") if p.name != mine), key=_mtime, reverse=True)
         out: list[list[tuple[Config, float, float]]] = []
         for p in files[: self.max_jobs]:
             try:
                 data = json.loads(p.read_text())
                 if data.get("version") != VERSION:
                     raise ValueError(f"format version {data.get('version')!r}, expected {VERSION}")
+                job = []  # a file counts whole or not at all
                 for r in data["regimes"]:
                     rows = [(Config(int(m[0]), int(m[1])), float(m[2]), float(m[3])) for m in r["measured"]]
                     if any(not (s > 0 and math.isfinite(s) and w > 0) for _, s, w in rows):
                         raise ValueError("a speed or window count that is not a positive number")
-                    out.append(rows)
+                    job.append(rows)
+                out.extend(job)
             except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
                 warnings.warn(f"autobyte: skipping job history file {str(p)!r} ({exc}).", stacklevel=3)
         return out
@@ -142,24 +143,25 @@ class JobHistory:
         if not cfgs:
             return {}
         col = {c: i for i, c in enumerate(cfgs)}
-        n_r, n_c = len(rows), len(cfgs)
-        a_rows, y, w = [], [], []
-        for i, r in enumerate(rows):
-            for c, s, wt in r:
-                x = np.zeros(n_r + n_c)
-                x[i] = 1.0
+        n_c = len(cfgs)
+        # each regime's level is solved out exactly: for given effects it is the weighted mean of
+        # (log speed - effect) over the regime, so the fit is a ridge regression on rows centred per regime
+        xs, ys, ws = [], [], []
+        for r in rows:
+            x = np.zeros((len(r), n_c))
+            for k, (c, _, _) in enumerate(r):
                 if c != initial:
-                    x[n_r + col[c]] = 1.0
-                a_rows.append(x)
-                y.append(math.log(s))
-                w.append(math.sqrt(wt))
-        sw = np.asarray(w)
-        a = np.asarray(a_rows) * sw[:, None]
-        ridge = np.zeros((n_c, n_r + n_c))
-        ridge[:, n_r:] = math.sqrt(self.prior) * np.eye(n_c)
-        sol = np.linalg.lstsq(np.vstack([a, ridge]), np.concatenate([np.asarray(y) * sw, np.zeros(n_c)]), rcond=None)[0]
+                    x[k, col[c]] = 1.0
+            y = np.log([sp for _, sp, _ in r])
+            w = np.asarray([wt for _, _, wt in r])
+            xs.append(x - (w @ x) / w.sum())
+            ys.append(y - (w @ y) / w.sum())
+            ws.append(w)
+        sw = np.sqrt(np.concatenate(ws))
+        a = np.vstack([np.vstack(xs) * sw[:, None], math.sqrt(self.prior) * np.eye(n_c)])
+        sol = np.linalg.lstsq(a, np.concatenate([np.concatenate(ys) * sw, np.zeros(n_c)]), rcond=None)[0]
         seen = {c: sum(1 for r in rows if any(x == c for x, _, _ in r)) for c in cfgs}
-        return {c: (float(sol[n_r + col[c]]), seen[c]) for c in cfgs}
+        return {c: (float(sol[col[c]]), seen[c]) for c in cfgs}
 
     def pick(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> tuple[Config, str]:
         """The configuration to start from, and why (``initial`` when the history does not beat it)."""
@@ -176,6 +178,14 @@ class JobHistory:
                              f"over {eff[best][1]} regimes (under {100 * self.min_gain:.0f}%); starting at {initial}")
         return best, (f"history: {best} ran {100 * gain:+.1f}% against {initial} over the {eff[best][1]} regimes of "
                       f"past jobs that compared it ({len(regimes)} regimes kept in {str(self.folder)!r}); starting there")
+
+
+def _mtime(p: Path) -> float:
+    """When ``p`` was last written; a file removed since it was listed sorts last (reading it then warns)."""
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return -math.inf
 
 
 def new_job_id() -> str:

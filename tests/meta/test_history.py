@@ -103,7 +103,9 @@ def test_bad_files_are_skipped_with_a_warning(tmp_path):
     _write(tmp_path, "good", regimes({DEFAULT: 0.0, A: 0.10}, [80.0, 200.0]))
     (tmp_path / "job-old.json").write_text(json.dumps({"version": 99, "regimes": []}))
     (tmp_path / "job-torn.json").write_text("{not json")
-    (tmp_path / "job-neg.json").write_text(json.dumps({"version": 1, "regimes": [{"measured": [[1, 2, -5.0, 1.0]]}]}))
+    # a good regime before a bad one: the file counts whole or not at all
+    (tmp_path / "job-neg.json").write_text(json.dumps({"version": 1, "regimes": [
+        {"measured": [[1, 2, 5.0, 1.0], [2, 4, 6.0, 1.0]]}, {"measured": [[1, 2, -5.0, 1.0]]}]}))
     with pytest.warns(UserWarning, match=r"skipping job history file") as rec:
         rows = JobHistory(tmp_path).load()
     assert len(rows) == 2
