@@ -14,11 +14,11 @@ from typing import Any
 _WHERE = {
     "FEATURE_VERSION": "._features", "JobInputs": "._features", "candidate_features": "._features", "featurize": "._features",
     "MetaNetwork": "._network", "NetworkShape": "._network", "default_weights_path": "._network",
-    "Adapter": "._tuner", "AutoByteTuner": "._tuner",
+    "Adapter": "._tuner", "AutoByteTuner": "._tuner", "JobHistory": "._history",
 }
 
 __all__ = [
-    "Adapter", "AutoByteTuner", "FEATURE_VERSION", "JobInputs", "MetaNetwork", "NetworkShape", "candidate_features",
+    "Adapter", "AutoByteTuner", "FEATURE_VERSION", "JobHistory", "JobInputs", "MetaNetwork", "NetworkShape", "candidate_features",
     "default_weights_path", "featurize",
 ]
 

@@ -313,7 +313,7 @@ class AutoByteTuner(Tuner):
             +1.6 points held out, fewer trials; docs/benchmarks.md 7.14).
             ``None``: every predicted improvement as it is.
         history_dir: a folder shared by the jobs of one cluster
-            (:class:`~autobyte.meta._history.JobHistory`): the job starts at
+            (:class:`~autobyte.meta.JobHistory`): the job starts at
             the configuration past jobs measured fastest against the one given
             (when it won by ``min_gain`` over 2+ regimes; the reason is
             :attr:`started_from`, logged) and keeps what it measures there, one

@@ -133,6 +133,12 @@ def test_bad_arguments(tmp_path, kw, exc, match):
         JobHistory(**kw)
 
 
+def test_exported_from_the_meta_package():
+    import autobyte.meta
+
+    assert autobyte.meta.JobHistory is JobHistory and "JobHistory" in autobyte.meta.__all__
+
+
 def test_a_file_is_not_a_folder(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match=r"history_dir must be a folder, but .* is a file"):
