@@ -88,22 +88,29 @@ register_tuner("autobyte-sim", _variant(predictor="simulator"))
 register_tuner("autobyte-simfit", _variant(predictor="simulator-fit"))
 
 
-def _static_at(partition: int, credit: int) -> Callable[..., Tuner]:
-    """A static configuration run as a tuner that starts there (``bench_gpu --tuners``: one continuous run of it)."""
+def _static_from(name: str, choose: Callable[[Any, Any], Any]) -> Callable[..., Tuner]:
+    """A static configuration run as a tuner that starts at ``choose(space, initial)`` and never moves."""
     def factory(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
         from autobyte.core.space import Config, SearchSpace
         from autobyte.core.tuning import StaticTuner
 
-        class StaticAt(StaticTuner):
-            name = f"static-{partition >> 20}m-{credit // partition}x"
-
+        class StaticFrom(StaticTuner):
             def start(self, space: SearchSpace, initial: Config) -> Config:
                 super().start(space, initial)
-                return Config(partition, credit)
+                return choose(space, initial)
 
-        return StaticAt()
+        tuner = StaticFrom()
+        tuner.name = name
+        return tuner
 
     return factory
+
+
+def _static_at(partition: int, credit: int) -> Callable[..., Tuner]:
+    """A static configuration run as a tuner that starts there (``bench_gpu --tuners``: one continuous run of it)."""
+    from autobyte.core.space import Config
+
+    return _static_from(f"static-{partition >> 20}m-{credit // partition}x", lambda space, initial: Config(partition, credit))
 
 
 # continuous static runs at the GPU machine's best of grid (docs/benchmarks.md 8.1), beside the tuner's own run
@@ -171,20 +178,11 @@ _HISTORY_WRITE = os.environ.get("AUTOBYTE_HISTORY_WRITE", "1") != "0"
 register_tuner("autobyte-history", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE))
 
 
-def _static_history(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
-    """The fair static baseline of ``autobyte-history``: static at the configuration the same history picks."""
-    from autobyte.core.space import Config, SearchSpace
-    from autobyte.core.tuning import StaticTuner
-    from autobyte.meta._history import JobHistory
+def _history_pick(space: Any, initial: Any) -> Any:
+    from autobyte.meta import JobHistory
 
-    class StaticHistory(StaticTuner):
-        name = "static-history"
-
-        def start(self, space: SearchSpace, initial: Config) -> Config:
-            super().start(space, initial)
-            return JobHistory(_HISTORY, write=False).pick(space, initial)[0]
-
-    return StaticHistory()
+    return JobHistory(_HISTORY, write=False).pick(space, initial)[0]
 
 
-register_tuner("static-history", _static_history)
+# the fair static baseline of autobyte-history: static at the configuration the same history picks
+register_tuner("static-history", _static_from("static-history", _history_pick))

@@ -27,6 +27,7 @@ import os
 import tempfile
 import uuid
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -160,7 +161,7 @@ class JobHistory:
         sw = np.sqrt(np.concatenate(ws))
         a = np.vstack([np.vstack(xs) * sw[:, None], math.sqrt(self.prior) * np.eye(n_c)])
         sol = np.linalg.lstsq(a, np.concatenate([np.concatenate(ys) * sw, np.zeros(n_c)]), rcond=None)[0]
-        seen = {c: sum(1 for r in rows if any(x == c for x, _, _ in r)) for c in cfgs}
+        seen = Counter(c for r in rows for c in {x for x, _, _ in r})  # regimes each configuration was compared in
         return {c: (float(sol[col[c]]), seen[c]) for c in cfgs}
 
     def pick(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> tuple[Config, str]:
