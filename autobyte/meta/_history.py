@@ -28,6 +28,7 @@ import tempfile
 import uuid
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -164,21 +165,53 @@ class JobHistory:
         seen = Counter(c for r in rows for c in {x for x, _, _ in r})  # regimes each configuration was compared in
         return {c: (float(sol[col[c]]), seen[c]) for c in cfgs}
 
-    def pick(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> tuple[Config, str]:
-        """The configuration to start from, and why (``initial`` when the history does not beat it)."""
+    def plan(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> HistoryPlan:
+        """Where to start, why, and which configurations past jobs measured slower than that start.
+
+        ``slower``: every configuration of ``space`` whose effect is below the
+        start's by more than ``min_gain`` (compared in one regime or more;
+        the fit has drawn an effect seen in few windows towards the given
+        configuration's). Its trial would repeat a comparison the cluster
+        has already made: the tuner does not try them (``history_veto``).
+        """
         regimes = self.load(exclude)
         eff = self.effects(regimes, initial, space)
         ok = {c: e for c, (e, n) in eff.items() if n >= self.min_regimes}
+        start, level = initial, 0.0
         if not ok:
-            return initial, (f"history: {len(regimes)} regimes in {str(self.folder)!r}, no configuration compared in "
-                             f"{self.min_regimes}+ of them; starting at {initial}")
-        best = max(ok, key=ok.__getitem__)
-        gain = math.expm1(ok[best])
-        if ok[best] <= math.log1p(self.min_gain):
-            return initial, (f"history: the fastest of past jobs, {best}, ran {100 * gain:+.1f}% against {initial} "
-                             f"over {eff[best][1]} regimes (under {100 * self.min_gain:.0f}%); starting at {initial}")
-        return best, (f"history: {best} ran {100 * gain:+.1f}% against {initial} over the {eff[best][1]} regimes of "
-                      f"past jobs that compared it ({len(regimes)} regimes kept in {str(self.folder)!r}); starting there")
+            reason = (f"history: {len(regimes)} regimes in {str(self.folder)!r}, no configuration compared in "
+                      f"{self.min_regimes}+ of them; starting at {initial}")
+        else:
+            best = max(ok, key=ok.__getitem__)
+            gain = math.expm1(ok[best])
+            if ok[best] <= math.log1p(self.min_gain):
+                reason = (f"history: the fastest of past jobs, {best}, ran {100 * gain:+.1f}% against {initial} "
+                          f"over {eff[best][1]} regimes (under {100 * self.min_gain:.0f}%); starting at {initial}")
+            else:
+                start, level = best, ok[best]
+                reason = (f"history: {best} ran {100 * gain:+.1f}% against {initial} over the {eff[best][1]} regimes "
+                          f"of past jobs that compared it ({len(regimes)} regimes kept in {str(self.folder)!r}); "
+                          f"starting there")
+        effect = {c: e for c, (e, _) in eff.items()}
+        if any(c == initial for r in regimes if len({x for x, _, _ in r}) >= 2 for c, _, _ in r):
+            effect[initial] = 0.0  # the reference, when some regime compared it with another configuration
+        slower = frozenset(c for c, e in effect.items()
+                           if c != start and c in space and e < level - math.log1p(self.min_gain))
+        return HistoryPlan(start, reason, slower)
+
+    def pick(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> tuple[Config, str]:
+        """The configuration to start from, and why (``initial`` when the history does not beat it)."""
+        p = self.plan(space, initial, exclude)
+        return p.start, p.reason
+
+
+@dataclass(frozen=True)
+class HistoryPlan:
+    """What the history says to a new job: where to start, why, and what not to try (:meth:`JobHistory.plan`)."""
+
+    start: Config
+    reason: str
+    slower: frozenset[Config]
 
 
 def _mtime(p: Path) -> float:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 import numpy as np
 
@@ -769,7 +769,7 @@ class Explorer:
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
                 misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0,
                 bias: float = 0.0, payoff: float = 1.0, left: float | None = None,
-                spread: float | None = None) -> tuple[Config, str, float] | None:
+                spread: float | None = None, skip: Collection[Config] = ()) -> tuple[Config, str, float] | None:
         """The candidate to try next, with the reason and its expected improvement over the best
         measured (per iteration, in this explorer's units, before ``payoff``), or ``None`` (no trial pays).
 
@@ -807,6 +807,10 @@ class Explorer:
         prediction and its error as scored: landscapes have a ceiling near
         the best and a long tail below it (a 128 KiB trial ran 44% below the
         best), so the downside is not shrunk. ``None``: gains as predicted.
+        ``skip``: configurations not to try, whatever their prediction
+        (those past jobs on this cluster measured slower than the start,
+        :meth:`~autobyte.meta.JobHistory.plan`); they still count as
+        unmeasured for distances and for their schedule's class.
 
         Raises:
             ValueError: ``bias`` positive or not finite; ``payoff`` not in [0, 1]; ``spread`` not in (0, 10].
@@ -847,6 +851,8 @@ class Explorer:
             free &= first
         if self.min_predicted_gain is not None:
             free &= predicted > best_known * (1.0 + self.min_predicted_gain)
+        if skip:
+            free &= np.array([c not in skip for c in space])
         if not free.any():
             return None
         s = sigma * (1.0 + self.widen * dist)

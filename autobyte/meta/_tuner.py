@@ -320,6 +320,12 @@ class AutoByteTuner(Tuner):
             file per job, rewritten at every window. ``None`` (default): no history.
         history_write: add this job's measurements to ``history_dir``
             (``False``: read only, e.g. a job judged on a history it must not add to).
+        history_veto: with ``history_dir``, the explorer does not try a
+            configuration past jobs measured slower than the start by more
+            than ``min_gain`` (:meth:`JobHistory.plan
+            <autobyte.meta.JobHistory.plan>`; logged at start): the
+            cluster's real measurements overrule the network's prediction.
+            What this job measures itself is still moved to (True).
         clean_check: a check of a configuration measured in this regime that
             shows no change, after a surprising measurement, judges the
             surprise as the predictor's (as a window would); without it a
@@ -374,6 +380,7 @@ class AutoByteTuner(Tuner):
         shrink: float | None = 0.05,
         history_dir: str | os.PathLike[str] | None = None,
         history_write: bool = True,
+        history_veto: bool = True,
     ) -> None:
         if settle not in SETTLE_MODES:
             raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
@@ -405,6 +412,9 @@ class AutoByteTuner(Tuner):
                                  gain_floor=0.0 if shrink is None else math.log1p(min_gain))
         self.shrink = None if shrink is None else _check_range("shrink", shrink, 1e-3, 10.0)
         self.history = None if history_dir is None else JobHistory(history_dir, write=history_write, min_gain=min_gain)
+        self.history_veto = bool(history_veto)
+        #: configurations the explorer does not try: past jobs measured them slower than the start
+        self.slower: frozenset[Config] = frozenset()
         self.job = new_job_id()  # this job's file in the history folder (kept by state_dict: a resumed job goes on in it)
         #: why the job started where it did (the history's reason; ``None`` without a history)
         self.started_from: str | None = None
@@ -455,9 +465,15 @@ class AutoByteTuner(Tuner):
         self.scorer = Scorer(self.net, space, equivalent=self.equivalent, calibrate=self.calibrate, predictor=sim)
         self._reset()
         self.started_from = None
+        self.slower = frozenset()
         if self.history is not None and self.enabled and len(space) > 1:
-            initial, self.started_from = self.history.pick(space, initial, exclude=self.job)
+            plan = self.history.plan(space, initial, exclude=self.job)
+            initial, self.started_from = plan.start, plan.reason
             _log.info("autobyte: %s", self.started_from)
+            self.slower = plan.slower if self.history_veto else frozenset()
+            if self.slower:
+                _log.info("autobyte: history: not trying %d configurations past jobs measured slower than %s: %s",
+                          len(self.slower), initial, ", ".join(map(str, sorted(self.slower))))
         return initial
 
     # ------------------------------------------------------------------ decision
@@ -509,7 +525,8 @@ class AutoByteTuner(Tuner):
                                               self.scorer.trial_bias() if self.debias else 0.0,
                                               self.trial_record.factor() if self.payoff else 1.0,
                                               self.ledger.left(obs.iteration),
-                                              None if self.shrink is None else self.trial_record.spread(self.shrink))
+                                              None if self.shrink is None else self.trial_record.spread(self.shrink),
+                                              skip=self.slower)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
@@ -716,6 +733,7 @@ class AutoByteTuner(Tuner):
         return {
             "window": self._window,
             "job": self.job,
+            "slower": sorted(cfg(c) for c in self.slower),  # type: ignore[type-var]
             "ledger": self.ledger.state_dict(),
             "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
             "learner": self.learner.state_dict(),
@@ -755,6 +773,8 @@ class AutoByteTuner(Tuner):
             self.net._np_head = head  # one reference swap, as adaptation does
         self._window = int(state.get("window", self._window))
         self.job = str(state.get("job", self.job))
+        if "slower" in state:  # as planned at the job's start, not from files other jobs wrote since
+            self.slower = frozenset(Config(int(v[0]), int(v[1])) for v in state["slower"])
         self.ledger.load_state_dict(state.get("ledger", {}))
         if hasattr(self, "scorer"):
             self.scorer.load_state_dict(state.get("scorer", {}))

@@ -168,6 +168,38 @@ def test_history_read_only_or_tuning_off(fresh_net, tmp_path):
     assert off.start(SPACE, SPACE[0]) == SPACE[0] and off.started_from is None
 
 
+def test_history_veto_keeps_trials_off_what_past_jobs_measured_slower(fresh_net, tmp_path):
+    from autobyte.meta._history import JobHistory
+    from autobyte.meta._policies import Regime
+
+    tmp_path = tmp_path / "history"  # fresh_net keeps its weights in tmp_path
+    # every configuration compared in two regimes: SPACE[5] 10% faster than all the others
+    JobHistory(tmp_path).save("past", [Regime(i, {c: [lv * (1.1 if c == SPACE[5] else 1.0), 3.0, 1.0] for c in SPACE})
+                                       for i, lv in enumerate([80.0, 200.0])])
+
+    def trials(t: AutoByteTuner) -> list[Config]:
+        cur, tried = t.start(SPACE, SPACE[0]), []
+        for w in range(12):
+            d = t.observe(obs(cur, w, gbps=1.0))
+            if d is not None:
+                tried += [d.config] if d.reason.startswith("explore") else []
+                cur = d.config
+        return tried
+
+    vetoed = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False)
+    assert trials(vetoed) == [] and vetoed.slower == frozenset(c for c in SPACE if c != SPACE[5])
+    free = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_veto=False)
+    assert trials(free) and free.slower == frozenset()  # the same job explores without the veto
+    # a resumed job keeps the set planned at its start, whatever other jobs wrote since
+    state = json.loads(json.dumps(vetoed.state_dict()))
+    (tmp_path / "job-past.json").unlink()
+    again = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False)
+    again.start(SPACE, SPACE[0])
+    assert again.slower == frozenset()
+    again.load_state_dict(state)
+    assert again.slower == vetoed.slower
+
+
 def test_without_history_the_start_is_the_given_one(fresh_net, tmp_path):
     t = AutoByteTuner(fresh_net, background=False)
     assert t.start(SPACE, SPACE[3]) == SPACE[3] and t.history is None and t.started_from is None

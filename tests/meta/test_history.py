@@ -155,3 +155,32 @@ def test_only_the_most_recent_jobs_are_read(tmp_path):
     assert sorted(r[0][1] for r in h.load()) == [101.0, 102.0]
     assert sorted(r[0][1] for r in h.load(exclude="new")) == [100.0, 101.0]  # one's own file does not count
     assert len(h.load(exclude="not-yet-saved")) == 2  # a job that has saved nothing yet reads max_jobs files too
+
+
+def test_plan_rules_out_what_past_jobs_measured_slower_than_the_start(tmp_path):
+    # A fastest (picked), B within min_gain of it, C 10% below it; DEFAULT (the given start) compared too
+    _write(tmp_path, "one", regimes({DEFAULT: 0.0, A: 0.10, B: 0.09, C: 0.0}, [80.0, 200.0]))
+    plan = JobHistory(tmp_path, prior=1e-9).plan(SPACE, DEFAULT)
+    assert plan.start == A and "starting there" in plan.reason
+    assert plan.slower == frozenset({C})  # DEFAULT is outside SPACE; B is within 2% of A
+    # no pick: the given configuration is the reference, and what ran slower than it is ruled out
+    plan = JobHistory(tmp_path, prior=1e-9, min_gain=0.5).plan(SPACE, B)
+    assert plan.start == B and plan.slower == frozenset()  # nothing 50% slower
+    plan = JobHistory(tmp_path, prior=1e-9).plan(SPACE, B)
+    assert plan.start == B and plan.slower == frozenset({C})  # A beats B by under 2%: no move; C 9% below
+
+
+def test_plan_rules_out_the_given_start_only_when_a_past_job_compared_it(tmp_path):
+    start = Config(4 * MiB, 4 * MiB)  # in SPACE
+    _write(tmp_path, "one", regimes({A: 0.10, B: 0.0}, [80.0, 200.0]))
+    plan = JobHistory(tmp_path, prior=1e-9).plan(SPACE, start)
+    assert start not in plan.slower  # never compared with anything: nothing is known against it
+    assert B in plan.slower  # 10% below A
+    _write(tmp_path, "two", regimes({start: 0.0, A: 0.10}, [80.0, 200.0]))
+    plan = JobHistory(tmp_path, prior=1e-9).plan(SPACE, start)
+    assert plan.start == A and start in plan.slower
+
+
+def test_plan_of_an_empty_history_rules_out_nothing(tmp_path):
+    plan = JobHistory(tmp_path / "none").plan(SPACE, DEFAULT)
+    assert plan.start == DEFAULT and plan.slower == frozenset()

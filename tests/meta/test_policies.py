@@ -177,6 +177,21 @@ def test_explorer_tries_the_candidate_worth_most():
     assert cfg == B and why.startswith("explore")
 
 
+def test_explorer_skips_what_it_is_told_not_to_try():
+    # B is worth most; told not to try it (past jobs measured it slower), the next candidate, D, is tried
+    pred = [100.0, 120.0, 90.0, 115.0]
+    plain = _explore(pred, {A: 100.0})
+    assert plain is not None and plain[0] == B
+
+    def skipping(skip):
+        return Explorer().propose(SPACE, SPACE.to_array(), np.asarray(pred), {A: 100.0}, A, 100.0, 0.05, 200.0, None,
+                                  skip=skip)
+
+    got = skipping(frozenset({B}))
+    assert got is not None and got[0] == D
+    assert skipping(frozenset({B, D})) is None  # C is out of reach (4 powers of two from A)
+
+
 def test_explorer_within_phase_starts_a_trial_only_when_it_can_end_before_the_change():
     def explore(left, horizon=200.0):
         return Explorer(within_phase=True).propose(SPACE, SPACE.to_array(), np.asarray([100.0, 120.0, 104.0, 90.0]), {A: 100.0},
