@@ -144,6 +144,10 @@ def _switch_to(partition: int, credit: int) -> Callable[..., Tuner]:
 # stop 28: does a configuration switched to run slower than the same one started with? (the GPU's trials measured low)
 register_tuner("static-1m-4x", _static_at(1 << 20, 4 << 20))
 register_tuner("switch-1m-4x", _switch_to(1 << 20, 4 << 20))
+# stop 33: the same on the GPU machine, at its best of grid and at the trial that measured 10% low there (8.2)
+register_tuner("switch-16m-2x", _switch_to(16 << 20, 32 << 20))
+register_tuner("static-8m-1x", _static_at(8 << 20, 8 << 20))
+register_tuner("switch-8m-1x", _switch_to(8 << 20, 8 << 20))
 # stop 28: a trial starts only when it can end before the conditions are expected to change (Explorer within_phase)
 register_tuner("autobyte-within", _variant(within_phase=True, **_BEFORE29))
 # stop 28: the detector also takes a rise of the achieved link rate by half (past what configurations of partitions as
