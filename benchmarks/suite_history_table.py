@@ -3,7 +3,8 @@
     python benchmarks/suite_history_table.py docs/figures/suite_full_stop32
 
 DIR is an ``autobyte bench --suite ... --out DIR`` folder run with the methods
-``bytescheduler,hindsight,autobyte,tuner:autobyte-history,tuner:static-history``.
+``bytescheduler,hindsight,autobyte,tuner:autobyte-history,tuner:static-history``
+(without ``autobyte``, as in stop 33, its columns read "-").
 Per scenario (in the suite's order): median samples/s of each method (range
 over repeats); the history tuner against hindsight, the default and static at
 the history's pick; AutoByte and static-history against hindsight and the
@@ -49,14 +50,21 @@ def _scenario(root: str, name: str, per_tag: dict[str, list[list[float]]]) -> st
     m = s["methods"]
     with open(os.path.join(root, name, "iterations.csv")) as f:
         rows = list(csv.DictReader(f))
-    ratios = [m[a]["median"] / m[b]["median"] for _, a, b in RATIOS]
+    ratios = [m[a]["median"] / m[b]["median"] if a in m else float("nan") for _, a, b in RATIOS]
     per_tag.setdefault(s["tag"], []).append(ratios)
-    speeds = " | ".join(f"{m[k]['median']:.1f} ({m[k]['min']:.1f}-{m[k]['max']:.1f})"
+    speeds = " | ".join(f"{m[k]['median']:.1f} ({m[k]['min']:.1f}-{m[k]['max']:.1f})" if k in m else "-"
                         for k in (DEFAULT, HINDSIGHT, AUTOBYTE, HISTORY, STATIC))
-    r = [f"{x:.3f}" for x in ratios]
-    trials = " / ".join(f"{m[k].get('trials', {}).get('trials', float('nan')):g}" for k in (HISTORY, AUTOBYTE))
+    r = [_fmt(x) for x in ratios]
+    trials = " / ".join(f"{m[k].get('trials', {}).get('trials', float('nan')):g}" if k in m else "-"
+                        for k in (HISTORY, AUTOBYTE))
+    spans = f"{_worst_span(rows, HISTORY, STATIC):.3f} / " + (
+        f"{_worst_span(rows, AUTOBYTE, DEFAULT):.3f}" if AUTOBYTE in m else "-")
     return (f"| {name} ({s['tag']}) | {speeds} | {' / '.join(r[0:3])} | {' / '.join(r[3:5])} | {' / '.join(r[5:7])} | "
-            f"{_worst_span(rows, HISTORY, STATIC):.3f} / {_worst_span(rows, AUTOBYTE, DEFAULT):.3f} | {trials} |")
+            f"{spans} | {trials} |")
+
+
+def _fmt(x: float) -> str:
+    return "-" if x != x else f"{x:.3f}"
 
 
 def main(argv: list[str]) -> None:
@@ -75,7 +83,7 @@ def main(argv: list[str]) -> None:
     for name in order:
         print(_scenario(root, name, per_tag))
     for tag, v in per_tag.items():
-        g = [f"{geomean([x[i] for x in v]):.3f}" for i in range(len(RATIOS))]
+        g = [_fmt(geomean([x[i] for x in v])) if all(x[i] == x[i] for x in v) else "-" for i in range(len(RATIOS))]
         print(f"| geomean {tag} ({len(v)}) | | | | | | {' / '.join(g[0:3])} | {' / '.join(g[3:5])} | "
               f"{' / '.join(g[5:7])} | | | hindsight vs default {g[7]}")
 
