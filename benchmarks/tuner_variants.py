@@ -148,6 +148,8 @@ register_tuner("switch-1m-4x", _switch_to(1 << 20, 4 << 20))
 register_tuner("switch-16m-2x", _switch_to(16 << 20, 32 << 20))
 register_tuner("static-8m-1x", _static_at(8 << 20, 8 << 20))
 register_tuner("switch-8m-1x", _switch_to(8 << 20, 8 << 20))
+register_tuner("static-16m-1x", _static_at(16 << 20, 16 << 20))
+register_tuner("switch-16m-1x", _switch_to(16 << 20, 16 << 20))
 # stop 28: a trial starts only when it can end before the conditions are expected to change (Explorer within_phase)
 register_tuner("autobyte-within", _variant(within_phase=True, **_BEFORE29))
 # stop 28: the detector also takes a rise of the achieved link rate by half (past what configurations of partitions as
