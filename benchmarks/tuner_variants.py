@@ -187,6 +187,32 @@ register_tuner("autobyte-history", _variant(history_dir=_HISTORY, history_write=
 register_tuner("autobyte-history-noveto", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, history_veto=False))
 
 
+def _shadow(**fixed: Any) -> Callable[..., Tuner]:
+    """AutoByte doing all its work (scoring, adapting, history) but never acting: its cost at a fixed configuration."""
+    def factory(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
+        from autobyte.core.tuning import Decision, Observation
+        from autobyte.meta import AutoByteTuner
+
+        class Shadow(AutoByteTuner):
+            def observe(self, obs: Observation) -> Decision | None:
+                super().observe(obs)
+                return None
+
+            def check(self, obs: Observation) -> Decision | None:
+                super().check(obs)
+                return None
+
+        return Shadow(network, background=background, adapt_time_s=adapt_time_s, **fixed)
+
+    return factory
+
+
+# stop 33: at the same configuration as static-history, the history tuner ran 2-3% slower in some runs (cnn-straggler
+# repeat 1 made no decision at all); its own cost, with and without online adaptation (a background thread in rank 0)
+register_tuner("autobyte-history-shadow", _shadow(history_dir=_HISTORY, history_write=_HISTORY_WRITE))
+register_tuner("autobyte-history-shadow-noadapt", _shadow(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt=False))
+
+
 def _history_pick(space: Any, initial: Any) -> Any:
     from autobyte.meta import JobHistory
 
