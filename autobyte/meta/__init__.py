@@ -15,10 +15,11 @@ _WHERE = {
     "FEATURE_VERSION": "._features", "JobInputs": "._features", "candidate_features": "._features", "featurize": "._features",
     "MetaNetwork": "._network", "NetworkShape": "._network", "default_weights_path": "._network",
     "Adapter": "._tuner", "AutoByteTuner": "._tuner", "JobHistory": "._history",
+    "HistoryPlan": "._history",
 }
 
 __all__ = [
-    "Adapter", "AutoByteTuner", "FEATURE_VERSION", "JobHistory", "JobInputs", "MetaNetwork", "NetworkShape", "candidate_features",
+    "Adapter", "AutoByteTuner", "FEATURE_VERSION", "HistoryPlan", "JobHistory", "JobInputs", "MetaNetwork", "NetworkShape", "candidate_features",
     "default_weights_path", "featurize",
 ]
 

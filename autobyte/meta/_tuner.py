@@ -733,7 +733,7 @@ class AutoByteTuner(Tuner):
         return {
             "window": self._window,
             "job": self.job,
-            "slower": sorted(cfg(c) for c in self.slower),  # type: ignore[type-var]
+            "slower": sorted([c.partition_bytes, c.credit_bytes] for c in self.slower),
             "ledger": self.ledger.state_dict(),
             "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
             "learner": self.learner.state_dict(),

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from autobyte.core.space import Config, MiB, SearchSpace
-from autobyte.meta._history import JobHistory
+from autobyte.meta._history import HistoryPlan, JobHistory
 from autobyte.meta._policies import Regime
 
 SPACE = SearchSpace.grid([MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
@@ -137,6 +137,7 @@ def test_exported_from_the_meta_package():
     import autobyte.meta
 
     assert autobyte.meta.JobHistory is JobHistory and "JobHistory" in autobyte.meta.__all__
+    assert autobyte.meta.HistoryPlan is HistoryPlan and "HistoryPlan" in autobyte.meta.__all__
 
 
 def test_a_file_is_not_a_folder(tmp_path):
