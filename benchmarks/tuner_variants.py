@@ -144,7 +144,7 @@ def _switch_to(partition: int, credit: int) -> Callable[..., Tuner]:
 # stop 28: does a configuration switched to run slower than the same one started with? (the GPU's trials measured low)
 register_tuner("static-1m-4x", _static_at(1 << 20, 4 << 20))
 register_tuner("switch-1m-4x", _switch_to(1 << 20, 4 << 20))
-# stop 33: the same on the GPU machine, at its best of grid and at the trial that measured 10% low there (8.2)
+# stop 33: the same on the GPU machine, at its best of grid and at the trials that measured 5-12% low there (8.2; 8.4: they run that slow)
 register_tuner("switch-16m-2x", _switch_to(16 << 20, 32 << 20))
 register_tuner("static-8m-1x", _static_at(8 << 20, 8 << 20))
 register_tuner("switch-8m-1x", _switch_to(8 << 20, 8 << 20))
@@ -188,7 +188,11 @@ register_tuner("autobyte-history-noveto", _variant(history_dir=_HISTORY, history
 
 
 def _shadow(**fixed: Any) -> Callable[..., Tuner]:
-    """AutoByte doing all its work (scoring, adapting, history) but never acting: its cost at a fixed configuration."""
+    """AutoByte doing all its work (scoring, adapting, history) but never acting: its cost at a fixed configuration.
+
+    For measuring that cost only: its state goes on as if its decisions had been applied (it breaks
+    :meth:`Tuner.check`'s rule that a check answered ``None`` leaves the state unchanged).
+    """
     def factory(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
         from autobyte.core.tuning import Decision, Observation
         from autobyte.meta import AutoByteTuner
