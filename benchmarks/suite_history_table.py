@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import statistics
 import sys
@@ -64,7 +65,7 @@ def _scenario(root: str, name: str, per_tag: dict[str, list[list[float]]]) -> st
 
 
 def _fmt(x: float) -> str:
-    return "-" if x != x else f"{x:.3f}"
+    return "-" if math.isnan(x) else f"{x:.3f}"
 
 
 def main(argv: list[str]) -> None:
@@ -83,7 +84,7 @@ def main(argv: list[str]) -> None:
     for name in order:
         print(_scenario(root, name, per_tag))
     for tag, v in per_tag.items():
-        g = [_fmt(geomean([x[i] for x in v])) if all(x[i] == x[i] for x in v) else "-" for i in range(len(RATIOS))]
+        g = ["-" if any(math.isnan(x[i]) for x in v) else _fmt(geomean([x[i] for x in v])) for i in range(len(RATIOS))]
         print(f"| geomean {tag} ({len(v)}) | | | | | | {' / '.join(g[0:3])} | {' / '.join(g[3:5])} | "
               f"{' / '.join(g[5:7])} | | | hindsight vs default {g[7]}")
 

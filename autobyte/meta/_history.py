@@ -137,8 +137,10 @@ class JobHistory:
         Only regimes with two configurations or more compare anything; with
         ``space``, configurations outside it are left out (``initial`` never is).
         """
-        rows = [[(c, s, w) for c, s, w in r if space is None or c in space or c == initial] for r in regimes]
-        rows = [r for r in rows if len({c for c, _, _ in r}) >= 2]
+        return self._fit(_comparing(regimes, initial, space), initial)
+
+    def _fit(self, rows: list[list[tuple[Config, float, float]]], initial: Config) -> dict[Config, tuple[float, int]]:
+        """:meth:`effects` of regimes already kept by :func:`_comparing`."""
         if not rows:
             return {}
         cfgs = sorted({c for r in rows for c, _, _ in r if c != initial})
@@ -175,7 +177,8 @@ class JobHistory:
         has already made: the tuner does not try them (``history_veto``).
         """
         regimes = self.load(exclude)
-        eff = self.effects(regimes, initial, space)
+        rows = _comparing(regimes, initial, space)
+        eff = self._fit(rows, initial)
         ok = {c: e for c, (e, n) in eff.items() if n >= self.min_regimes}
         start, level = initial, 0.0
         if not ok:
@@ -193,7 +196,7 @@ class JobHistory:
                           f"of past jobs that compared it ({len(regimes)} regimes kept in {str(self.folder)!r}); "
                           f"starting there")
         effect = {c: e for c, (e, _) in eff.items()}
-        if any(c == initial for r in regimes if len({x for x, _, _ in r}) >= 2 for c, _, _ in r):
+        if any(c == initial for r in rows for c, _, _ in r):
             effect[initial] = 0.0  # the reference, when some regime compared it with another configuration
         slower = frozenset(c for c, e in effect.items()
                            if c != start and c in space and e < level - math.log1p(self.min_gain))
@@ -212,6 +215,13 @@ class HistoryPlan:
     start: Config
     reason: str
     slower: frozenset[Config]
+
+
+def _comparing(regimes: Sequence[Sequence[tuple[Config, float, float]]], initial: Config,
+               space: SearchSpace | None) -> list[list[tuple[Config, float, float]]]:
+    """The regimes that compare configurations: those left with two or more once ``space`` filtered them (``initial`` kept)."""
+    rows = [[(c, s, w) for c, s, w in r if space is None or c in space or c == initial] for r in regimes]
+    return [r for r in rows if len({c for c, _, _ in r}) >= 2]
 
 
 def _mtime(p: Path) -> float:
