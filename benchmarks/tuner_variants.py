@@ -212,9 +212,12 @@ def _shadow(**fixed: Any) -> Callable[..., Tuner]:
 
 
 # stop 33: at the same configuration as static-history, the history tuner ran 2-3% slower in some runs (cnn-straggler
-# repeat 1 made no decision at all); its own cost, with and without online adaptation (a background thread in rank 0)
+# repeat 1 made no decision at all); its own cost, with and without online adaptation (a worker process since stop 34)
 register_tuner("autobyte-history-shadow", _shadow(history_dir=_HISTORY, history_write=_HISTORY_WRITE))
 register_tuner("autobyte-history-shadow-noadapt", _shadow(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt=False))
+# stop 34: adaptation runs in a worker process by default (adapt_process=True); the thread of stop 33, for comparison
+register_tuner("autobyte-history-shadow-thread", _shadow(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt_process=False))
+register_tuner("autobyte-history-thread", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt_process=False))
 
 
 def _history_pick(space: Any, initial: Any) -> Any:

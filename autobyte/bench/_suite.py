@@ -324,6 +324,11 @@ def summarize_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mappin
                   if mt and mt.get("tuner_cpu_s") is not None and mt.get("wall_s")]
         if shares:
             row["tuner_cpu_share"] = statistics.median(shares)
+        # the online adaptation's CPU, wherever it ran (a worker process by default): not in the decisions' time above
+        adapt = [mt["adapt_cpu_s"] / mt["wall_s"] for mt in (meta or {}).get(m, [])
+                 if mt and mt.get("adapt_cpu_s") is not None and mt.get("wall_s")]
+        if adapt:
+            row["adapt_cpu_share"] = statistics.median(adapt)
     return {"name": sc.name, "tag": sc.tag, "arch": sc.arch, "baseline": BASELINE[sc.arch], "model": sc.model,
             "batch_size": sc.batch_size, "iters": sc.iters,
             "compute_scale": sc.compute_scale, "about": sc.about, "phases": [[p.iters, p.condition.key] for p in sc.phases], "methods": rows}
@@ -401,11 +406,12 @@ def table_md(summary: Mapping[str, Any]) -> str:
         for s in mine:
             for m, r in s["methods"].items():
                 ws = r.get("worst_span")
-                cpu = r.get("tuner_cpu_share")
+                cpu, acpu = r.get("tuner_cpu_share"), r.get("adapt_cpu_share")
                 shown = s.get("baseline", "ddp") if m == "ddp" else m
                 lines.append(f"| {s['name']} | {shown} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | "
                              + " | ".join(_ratio(r["vs"].get(ref)) for ref in REFS)
-                             + f" | {_harm(ws)} | {'' if cpu is None else f'{100 * cpu:.2f}%'} |")
+                             + f" | {_harm(ws)} | {'' if cpu is None else f'{100 * cpu:.2f}%'}"
+                             + f"{'' if not acpu else f' + {100 * acpu:.2f}% adapting'} |")
         notes = [_configs_line(s) for s in mine if {"hindsight", "oracle_phases", "bo"} & set(s.get("configs", {}))]
         if notes:
             lines += ["", "Configs run:", ""] + notes

@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     if prev_start is not None:
         rows.append({"iteration": n_iters - 1, "seconds": time.perf_counter() - prev_start, "config": prev_cfg})
     meta = {"rank": rank, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
-            "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None), "iters": n_iters}
+            "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None),
+            "adapt_cpu_s": getattr(getattr(tuner, "adapter", None), "cpu_s", None), "iters": n_iters}
     if emu is not None:
         meta.update(emulation=emu.to_dict(), sleep_overshoot_s=model.overshoot_s, batch_size=bs)
     write_rank_outputs(out_dir, rank, world, bs, spec, meta, rows, decisions, sweep)

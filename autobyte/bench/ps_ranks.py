@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"iteration": n_iters - 1, "seconds": time.perf_counter() - prev_start, "config": prev_cfg})
     meta = {"rank": rank, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
             "wall_s": time.perf_counter() - wall0, "tuner_cpu_s": getattr(tuner, "cpu_s", None),
+            "adapt_cpu_s": getattr(getattr(tuner, "adapter", None), "cpu_s", None),
             "method": method, "model": model_name, "batch_size": bs}
     write_rank_outputs(out_dir, rank, world, bs, spec, meta, rows, decisions, sweep)
 
