@@ -218,6 +218,11 @@ register_tuner("autobyte-history-shadow-noadapt", _shadow(history_dir=_HISTORY, 
 # stop 34: adaptation runs in a worker process by default (adapt_process=True); the thread of stop 33, for comparison
 register_tuner("autobyte-history-shadow-thread", _shadow(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt_process=False))
 register_tuner("autobyte-history-thread", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt_process=False))
+# stop 34: a check whose iteration times step by 50% inside it is a change inside it (step_change=0.5, default);
+# the tuner of stop 33 (neither the step rule nor the adaptation worker):
+register_tuner("autobyte-history-stop33", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt_process=False,
+                                                   step_change=None))
+register_tuner("autobyte-history-nostep", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, step_change=None))
 
 
 def _history_pick(space: Any, initial: Any) -> Any:

@@ -9,12 +9,15 @@ timestamps.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 ARCHITECTURES = ("allreduce", "ps")
+#: iteration times a window keeps (:attr:`WindowStats.iter_times`): a collector never read stays bounded
+ITER_TIMES_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,11 @@ class WindowStats:
         n_messages: messages sent.
         comm_busy_s: time during which at least one message was in flight.
         bandwidth_Bps: payload bytes / busy time (achieved throughput).
+        iter_times: this rank's iteration times in the window, in order (the
+            last :data:`ITER_TIMES_KEPT`), for telling a window that conditions
+            changed inside (:func:`~autobyte.core.regime.within_step`). Local:
+            not in :meth:`to_vector`, nor in equality; ``()`` when unknown (the
+            simulator's windows, a gathered window).
     """
 
     n_iters: int
@@ -43,6 +51,7 @@ class WindowStats:
     n_messages: int
     comm_busy_s: float
     bandwidth_Bps: float
+    iter_times: tuple[float, ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, object]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -95,6 +104,7 @@ class WindowStats:
             n_messages=sum(p.n_messages for p in parts),
             comm_busy_s=busy,
             bandwidth_Bps=nbytes / busy if busy > 0 else 0.0,
+            iter_times=tuple(t for p in parts for t in p.iter_times)[-ITER_TIMES_KEPT:],
         )
 
 
@@ -124,12 +134,14 @@ class StatsCollector:
     _iter_start: float | None = None
     _fwd_end: float | None = None
     _ready: dict[int, float] = field(default_factory=dict)
+    _times: deque[float] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.n_tensors <= 0:
             raise ValueError(f"n_tensors must be positive, but got n_tensors={self.n_tensors}.")
         self._layer_sum = np.zeros(self.n_tensors)
         self._busy = _BusyTime()
+        self._times = deque(maxlen=ITER_TIMES_KEPT)
 
     def begin_iteration(self, t: float) -> None:
         self._iter_start = t
@@ -155,6 +167,7 @@ class StatsCollector:
             return
         self._n_iters += 1
         self._iter_total += t - self._iter_start
+        self._times.append(t - self._iter_start)
         self._samples += int(n_samples)
         if len(self._ready) == self.n_tensors:
             prev = self._fwd_end if self._fwd_end is not None else min(self._ready.values())
@@ -189,6 +202,7 @@ class StatsCollector:
             n_messages=self._n_msgs,
             comm_busy_s=busy,
             bandwidth_Bps=self._bytes / busy if busy > 0 else 0.0,
+            iter_times=tuple(self._times),
         )
         if reset:
             self.reset()
@@ -198,6 +212,7 @@ class StatsCollector:
         self._n_iters = self._samples = self._bytes = self._n_msgs = self._layer_n = self._fwd_n = 0
         self._iter_total = self._fwd_total = 0.0
         self._layer_sum = np.zeros(self.n_tensors)
+        self._times.clear()
         self._busy = _BusyTime()
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from typing import Any, Sequence
 
 from ._checks import check_int
 from .space import Config
@@ -35,6 +35,31 @@ def _check_fraction(name: str, value: object, upper: float) -> float:
 
 def _cfg(c: Config) -> list[int]:
     return [c.partition_bytes, c.credit_bytes]
+
+
+def within_step(times: Sequence[float], min_side: int = 2) -> float:
+    """The largest step of iteration time inside one window of one rank, in log units.
+
+    Over every split of ``times`` (iteration times in order) with at least
+    ``min_side`` iterations on each side, ``log(mean after / mean before)``
+    where it is largest in magnitude: positive when iterations became slower.
+    ``0.0`` with fewer than ``2 * min_side`` iterations or a non-positive
+    time. A window whose conditions changed inside shows the change here
+    whatever configuration ran; one iteration's hiccup is averaged with at
+    least one more on its side.
+    """
+    t = [float(x) for x in times]
+    if len(t) < 2 * min_side or not all(math.isfinite(x) and x > 0 for x in t):
+        return 0.0
+    total, best, head = sum(t), 0.0, 0.0
+    for k in range(1, len(t)):
+        head += t[k - 1]
+        if k < min_side or len(t) - k < min_side:
+            continue
+        step = math.log(((total - head) / (len(t) - k)) / (head / k))
+        if abs(step) > abs(best):
+            best = step
+    return best
 
 
 class RegimeDetector:
@@ -67,6 +92,17 @@ class RegimeDetector:
     whatever configuration runs. A slower link cannot be told this way (a
     configuration of small partitions achieves less of any link).
 
+    With ``step_change``, a third signal read inside one measurement: the
+    iteration times of the check (:func:`within_step`) step by more than
+    ``step_change`` between its first and its last iterations (each side two
+    or more). Conditions changed inside that measurement, whatever
+    configuration ran (a trial new to the regime too), and the measurement
+    is known to mix both regimes: it is dropped as with ``settle``
+    (:attr:`settling`), whatever ``settle`` says. On the real full suite's
+    runs of stop 33, split 2/3 and 3/2 within 5-iteration checks, 0 of 1222
+    checks that ran in one condition stepped by more than 50% and 182 of 243
+    checks across a change did (docs/benchmarks.md 7.17).
+
     Args:
         threshold: relative speed change of one configuration that counts as a
             change of conditions (0.15: above what a window's noise does on a
@@ -74,18 +110,23 @@ class RegimeDetector:
         settle: drop the measurement that shows a change (see above; False).
         rate_rise: relative rise of the achieved link rate that shows a
             faster link (see above); ``None`` (default): not read.
+        step_change: relative step of iteration time inside one measurement
+            that shows a change inside it (see above; 0.5); ``None``: not read.
 
     Raises:
-        ValueError: ``threshold`` not in (0, 10), ``settle`` not a bool, or
-            ``rate_rise`` not ``None`` nor in (0, 100).
+        ValueError: ``threshold`` not in (0, 10), ``settle`` not a bool,
+            ``rate_rise`` not ``None`` nor in (0, 100), or ``step_change``
+            not ``None`` nor in (0, 100).
     """
 
-    def __init__(self, threshold: float = 0.15, settle: bool = False, rate_rise: float | None = None) -> None:
+    def __init__(self, threshold: float = 0.15, settle: bool = False, rate_rise: float | None = None,
+                 step_change: float | None = 0.5) -> None:
         self.threshold = _check_fraction("threshold", threshold, 10.0)
         if not isinstance(settle, bool):
             raise ValueError(f"settle must be True or False, but got settle={settle!r}.")
         self.settle = settle
         self.rate_rise = None if rate_rise is None else _check_fraction("rate_rise", rate_rise, 100.0)
+        self.step_change = None if step_change is None else _check_fraction("step_change", step_change, 100.0)
         #: last measured speed of each configuration in the current regime
         self.last: dict[Config, float] = {}
         #: highest link rate each configuration achieved in the current regime (with ``rate_rise``)
@@ -93,7 +134,8 @@ class RegimeDetector:
         #: a change was seen and the measurement that showed it dropped: the next one starts the new regime
         self.settling = False
         #: what showed the last change: ``"speed"`` (a configuration measured again ran ``threshold`` away),
-        #: ``"rate"`` (the achieved link rate rose by ``rate_rise``); ``None`` before any
+        #: ``"rate"`` (the achieved link rate rose by ``rate_rise``), ``"step"`` (iteration times stepped by
+        #: ``step_change`` inside the measurement); ``None`` before any
         self.rule: str | None = None
 
     def _rate_rose(self, config: Config, rate: float | None) -> bool:
@@ -102,13 +144,14 @@ class RegimeDetector:
         seen = [r for c, r in self.rates.items() if c.partition_bytes >= config.partition_bytes]
         return bool(seen) and rate > max(seen) * (1.0 + self.rate_rise)
 
-    def observe(self, config: Config, speed: float, rate: float | None = None) -> bool:
-        """Record ``config`` at ``speed`` (achieving link ``rate``, bytes/s); ``True`` when a new regime starts with this measurement.
+    def observe(self, config: Config, speed: float, rate: float | None = None, step: float = 0.0) -> bool:
+        """Record ``config`` at ``speed`` (achieving link ``rate``, bytes/s; its iteration times stepping by
+        ``step``, :func:`within_step`); ``True`` when a new regime starts with this measurement.
 
-        Without ``settle`` that is the measurement that shows a change. With
-        it, that measurement returns ``False`` and leaves :attr:`settling` set
-        (the caller drops it: it mixes both regimes); the next one returns
-        ``True``.
+        Without ``settle`` that is the measurement that shows a change, unless
+        it stepped inside. With ``settle``, or a step, that measurement returns
+        ``False`` and leaves :attr:`settling` set (the caller drops it: it
+        mixes both regimes); the next one returns ``True``.
         """
         if self.rate_rise is None or rate is None or not rate > 0:
             rate = None  # not read, or no message sent: no rate
@@ -119,12 +162,14 @@ class RegimeDetector:
             return True
         before = self.last.get(config)
         by_speed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
-        changed = by_speed or self._rate_rose(config, rate)
+        by_step = self.step_change is not None and abs(step) > math.log1p(self.step_change)
+        by_rate = not by_speed and self._rate_rose(config, rate)
+        changed = by_speed or by_rate or by_step
         if changed:
-            self.rule = "speed" if by_speed else "rate"
+            self.rule = "step" if by_step else "speed" if by_speed else "rate"  # a step says the measurement is mixed
             self.last = {}
             self.rates = {}
-            if self.settle:
+            if self.settle or by_step:
                 self.settling = True
                 return False
         self.last[config] = speed
@@ -133,7 +178,8 @@ class RegimeDetector:
         return changed
 
     def state_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "settle": self.settle, "settling": self.settling, "rule": self.rule,
+        return {"threshold": self.threshold, "settle": self.settle, "step_change": self.step_change,
+                "settling": self.settling, "rule": self.rule,
                 "last": [_cfg(c) + [v] for c, v in self.last.items()],
                 "rates": [_cfg(c) + [v] for c, v in self.rates.items()]}
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._checks import check_int
 from .metrics import RuntimeFeatures, WindowStats
-from .regime import HarmGuard, RegimeDetector
+from .regime import HarmGuard, RegimeDetector, within_step
 from .space import Config, SearchSpace
 
 
@@ -107,6 +107,11 @@ class Tuner(abc.ABC):
     #: relative rise of the achieved link rate that the controller's detector takes as a faster link, whatever
     #: the configuration (:class:`~autobyte.core.regime.RegimeDetector` ``rate_rise``); ``None`` (default): not read
     rate_rise: float | None = None
+    #: relative step of iteration time inside one check that shows a change of conditions inside it, whatever
+    #: the configuration (:class:`~autobyte.core.regime.RegimeDetector` ``step_change``): the check mixes both
+    #: regimes, so it is dropped as with ``settle`` and the tuner told at once, with ``Observation.mixed``
+    #: set (at the next check for ``settle = True``); 0.5 (since stop 34); ``None``: not read
+    step_change: float | None = 0.5
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""
@@ -181,7 +186,12 @@ class Controller:
     speed is no measurement of either regime), and not again at the next.
     Changes are judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
     configuration measured again runs more than ``regime_change`` away from
-    its last measurement in this regime.
+    its last measurement in this regime; or, read inside one check whatever
+    configuration runs, rank 0's iteration times step by more than the
+    tuner's ``step_change`` (0.5 by default): that check is known to mix both
+    regimes, and is dropped as for ``settle = "notify"`` (the tuner hears of
+    the change at once, ``Observation.mixed`` set; a tuner with ``settle =
+    True`` at the next check).
 
     Every tuner runs under the do-no-harm guard
     (:class:`~autobyte.core.regime.HarmGuard`): over any ``harm_span``
@@ -223,7 +233,7 @@ class Controller:
     Raises:
         ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
             ``regime_change``, ``world_size``, ``harm_budget`` or
-            ``harm_span`` out of range, or the tuner's ``settle`` not False,
+            ``harm_span`` out of range, the tuner's ``rate_rise`` or ``step_change`` out of range, or the tuner's ``settle`` not False,
             True or ``"notify"``.
     """
 
@@ -256,6 +266,7 @@ class Controller:
             raise ValueError(f"regime_change must be a number in (0, 10) or None, but got regime_change={rc!r}.")
         if self.world_size is not None:
             check_int("world_size", self.world_size)
+
         self.current = self.tuner.start(self.space, self.initial)
         self._skip_until = self.warmup_iters
         #: windows handed to the tuner so far (a check that completes one increments it)
@@ -264,9 +275,11 @@ class Controller:
         settle = getattr(self.tuner, "settle", False)
         if settle not in SETTLE_MODES:
             raise ValueError(f"a tuner's settle must be False, True or 'notify', but got settle={settle!r}.")
-        #: the tuner hears of a change at the check that shows it, marked mixed (``settle = "notify"``)
-        self.notify_mixed = settle == "notify"
-        self.detector = RegimeDetector(rc, settle=bool(settle), rate_rise=getattr(self.tuner, "rate_rise", None)) if rc is not None else None
+        #: a tuner with ``settle = True`` hears of a change that mixed a check at the next check; others at once,
+        #: on the mixed check (every change for ``settle = "notify"``, one that stepped inside a check otherwise)
+        self.wait_mixed = settle is True
+        self.detector = RegimeDetector(rc, settle=bool(settle), rate_rise=getattr(self.tuner, "rate_rise", None),
+                                       step_change=getattr(self.tuner, "step_change", None)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span,
                                                                       refuge=getattr(self.tuner, "refuge", False))
@@ -291,8 +304,12 @@ class Controller:
         assert self.check_iters is not None
         return n_iters >= self.check_iters
 
-    def decide(self, iteration: int, windows: Sequence[WindowStats]) -> Decision | None:
+    def decide(self, iteration: int, windows: Sequence[WindowStats], iter_times: Sequence[float] = ()) -> Decision | None:
         """Rank 0: a check at ``iteration`` with every rank's statistics since the last one.
+
+        ``iter_times``: rank 0's iteration times in the check, in order (its
+        own :attr:`WindowStats.iter_times`; gathered windows do not carry
+        them), for the detector's ``step`` rule; ``()``: not read.
 
         Returns the decision (or ``None``: keep the configuration, or the
         window is not full yet); never raises on bad statistics: a check it
@@ -309,14 +326,14 @@ class Controller:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
         rate = min(w.bandwidth_Bps for w in windows)  # the slowest rank's achieved link rate (0: no message)
-        told = self.detector is not None and self.detector.settling and self.notify_mixed  # at the mixed check before this one
-        changed = self.detector.observe(self.current, speed, rate) if self.detector is not None else False
+        told = self.detector is not None and self.detector.settling and not self.wait_mixed  # at the mixed check before this one
+        changed = self.detector.observe(self.current, speed, rate, within_step(iter_times)) if self.detector is not None else False
         guard = self.guard if self.tuning else None
         if self.detector is not None and self.detector.settling and self.tuning:
             # conditions changed inside this check: it belongs to neither regime (the guard,
             # the window and the tuner's measurements start again from the next check, wholly in the new one)
             self._pending = []
-            if not self.notify_mixed:
+            if self.wait_mixed:
                 return None
             # the tuner hears of it now, to act on what it knows of the conditions, but keeps nothing of this speed
             obs = Observation(iteration, self.current, speed, features, regime_changed=True, mixed=True,

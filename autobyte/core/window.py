@@ -299,7 +299,7 @@ class WindowCoordinator:
         entry = None
         if self.rank == 0:
             seen = ctl.n_windows
-            decision = ctl.decide(iteration, windows)
+            decision = ctl.decide(iteration, windows, window.iter_times)  # this rank's own times: not gathered
             flags = 0
             if ctl.n_windows > seen and ctl.history:
                 entry = ctl.history[-1]

@@ -420,6 +420,13 @@ class AutoByteTuner(Tuner):
             whatever configuration runs
             (:class:`~autobyte.core.regime.RegimeDetector`; 0.5, default
             since stop 29; ``None``: the speed rule alone).
+        step_change: the controller's detector also takes a step of more
+            than this in rank 0's iteration times inside one check as a change
+            of conditions inside it (:func:`~autobyte.core.regime.within_step`),
+            and drops that check as mixing both regimes, telling this tuner at
+            once (``Observation.mixed``; :meth:`_mixed`): a trial or a probe
+            across a change is not filed as a measurement of either (0.5,
+            default since stop 34; docs/benchmarks.md 7.17); ``None``: not read.
         shrink: the explorer values a trial by what trials won on this job:
             each predicted gain shrunk to the scale of the improvements this
             job's trials found (:meth:`Payoff.spread
@@ -497,6 +504,7 @@ class AutoByteTuner(Tuner):
         clean_check: bool = True,
         settle: bool | str = False,
         rate_rise: float | None = 0.5,
+        step_change: float | None = 0.5,
         shrink: float | None = 0.05,
         history_dir: str | os.PathLike[str] | None = None,
         history_write: bool = True,
@@ -510,6 +518,10 @@ class AutoByteTuner(Tuner):
         #: read by the controller (the base class's defaults are False and None)
         self.settle = settle
         self.rate_rise = None if rate_rise is None else float(rate_rise)
+        if step_change is not None and (isinstance(step_change, bool) or not isinstance(step_change, (int, float))
+                                        or not 0 < step_change < 100):
+            raise ValueError(f"step_change must be None or a number in (0, 100), but got step_change={step_change!r}.")
+        self.step_change = None if step_change is None else float(step_change)
         if predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
         self.predictor = predictor

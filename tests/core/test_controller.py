@@ -288,3 +288,54 @@ def test_one_process_offers_no_check():
     t = Abort()
     c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, world_size=1)
     assert c.decide(4, [_w(10, 5)]) is None and not t.checks
+
+
+# ------------------------------------------------------------ a step inside one check (the detector's step rule)
+STEP_TIMES = (0.1, 0.1, 0.2, 0.21, 0.19)  # rank 0's iteration times: 2x slower from the third iteration on
+
+
+def test_a_check_that_steps_inside_is_dropped_and_the_tuner_told_at_once():
+    t = _Keeps()
+    seen = t.seen
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(9, [_w(100, 10)])
+    # 10% slower on average (below the speed rule's 15%), but its iterations stepped 2x inside it
+    c.decide(14, [_w(90, 5)], STEP_TIMES)
+    assert len(seen) == 2 and seen[1].regime_changed and seen[1].mixed and seen[1].speed == pytest.approx(90)
+    assert c.history[-1]["mixed"] is True and c.history[-1]["regime_rule"] == "step"
+    assert c.detector.settling and c.detector.last == {}  # no reference from the mixed check
+    assert c.decide(19, [_w(50, 5)], (0.2,) * 5) is None and len(seen) == 2  # the new regime's reference, not told again
+    assert c.detector.last == {SPACE[0]: 50}
+    c.decide(24, [_w(51, 5)], (0.2,) * 5)
+    assert len(seen) == 3 and not seen[2].regime_changed and not seen[2].mixed
+
+
+def test_a_step_is_read_whatever_configuration_runs_and_not_without_times_or_below_the_threshold():
+    t = _Keeps()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(4, [_w(100, 5)], STEP_TIMES)  # the first check of a configuration: no speed to compare, the step shows it
+    assert c.history[-1]["regime_rule"] == "step" and c.history[-1]["mixed"] is True
+    t2 = _Keeps()
+    c2 = Controller(t2, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c2.decide(9, [_w(100, 10)])
+    assert c2.decide(14, [_w(100, 5)], (0.1, 0.1, 0.13, 0.13, 0.13)) is None  # a 30% step: below 50%, half a window
+    c2.decide(19, [_w(100, 5)])  # no times (a gathered window): nothing to read
+    assert not any(h.get("regime_changed") for h in c2.history) and len(t2.seen) == 2
+
+
+def test_a_tuner_without_the_step_rule_or_that_settles():
+    off = _Keeps()
+    off.step_change = None
+    c = Controller(off, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(9, [_w(100, 10)])
+    c.decide(14, [_w(90, 5)], STEP_TIMES)
+    assert not any(h.get("regime_changed") for h in c.history) and c.detector.step_change is None
+    t, c = _steady(settle=True)
+    assert c.decide(19, [_w(95, 5)], STEP_TIMES) is None and len(t.seen) == 1  # settle=True: told a check later
+    assert c.detector.settling and c.detector.rule == "step"
+    c.decide(24, [_w(50, 5)], (0.2,) * 5)
+    assert len(t.seen) == 2 and t.seen[1].regime_changed and not t.seen[1].mixed
+    bad = _Keeps()
+    bad.step_change = 0
+    with pytest.raises(ValueError, match=r"step_change must be a number in \(0, 100\), but got step_change=0"):
+        Controller(bad, SPACE, SPACE[0], "allreduce", [400, 600])

@@ -68,3 +68,27 @@ def test_features_shapes():
 def test_features_reject_bad_statistics(over, match):
     with pytest.raises(ValueError, match=match):
         _features(**over)
+
+
+def test_window_keeps_its_iteration_times_locally_and_bounded():
+    from autobyte.core.metrics import ITER_TIMES_KEPT
+
+    c = StatsCollector(1)
+    for i, dt in enumerate([0.01, 0.02, 0.04]):
+        c.begin_iteration(i)
+        c.end_iteration(i + dt, 8)
+    w = c.window()
+    assert w.iter_times == pytest.approx((0.01, 0.02, 0.04))
+    back = WindowStats.from_vector(w.to_vector())
+    assert back.iter_times == () and back == w  # not on the wire, not part of equality
+    assert len(w.to_vector()) == 8 + 1
+    c.begin_iteration(10.0)
+    c.end_iteration(10.5, 8)
+    assert c.window().iter_times == pytest.approx((0.5,))  # a reset window starts afresh
+    merged = WindowStats.merge([w, w])
+    assert merged.iter_times == pytest.approx((0.01, 0.02, 0.04) * 2)
+    for i in range(ITER_TIMES_KEPT + 10):  # a window never read keeps a bounded list
+        c.begin_iteration(float(i))
+        c.end_iteration(i + 0.001 * (i + 1), 8)
+    kept = c.window().iter_times
+    assert len(kept) == ITER_TIMES_KEPT and kept[-1] == pytest.approx(0.001 * (ITER_TIMES_KEPT + 10))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -352,3 +353,33 @@ def test_the_controller_holds_the_refuge_a_trip_went_to():
     assert trips and trips[0]["new_config"] == best.to_dict()
     held = [h for h in ctl.history if "held" in h]
     assert held and all(h["held"].startswith(f"guard holds {best}") for h in held)
+
+
+# ------------------------------------------------------------ the step rule: a change inside one measurement
+def test_within_step_finds_the_largest_step_with_two_iterations_or_more_on_each_side():
+    from autobyte.core.regime import within_step
+
+    assert within_step([0.1] * 5) == pytest.approx(0.0)
+    assert within_step([0.1, 0.1, 0.2, 0.2, 0.2]) == pytest.approx(math.log(2))  # slower: positive
+    assert within_step([0.2, 0.2, 0.2, 0.1, 0.1]) == pytest.approx(-math.log(2))  # faster: negative
+    # one slow iteration at an end is averaged with another on its side, never alone
+    assert within_step([0.1, 0.1, 0.1, 0.1, 0.3]) == pytest.approx(math.log(0.2 / 0.1))
+    assert within_step([0.1, 0.1, 0.3]) == 0.0  # fewer than 4 iterations: nothing to read
+    assert within_step([0.1, 0.1, 0.0, 0.2]) == 0.0 and within_step([0.1, float("nan"), 0.1, 0.1]) == 0.0
+    assert within_step([0.1] * 3 + [0.2] * 3, min_side=3) == pytest.approx(math.log(2))
+
+
+def test_detector_step_rule_drops_the_mixed_measurement_and_starts_the_regime_at_the_next():
+    d = RegimeDetector(0.15)
+    assert d.step_change == 0.5
+    assert not d.observe(A, 100.0)
+    assert not d.observe(A, 101.0, step=math.log(1.4))  # a 40% step: below 50%
+    assert not d.observe(B, 80.0, step=math.log(2.0)) and d.settling and d.rule == "step"  # a configuration new here too
+    assert d.last == {}
+    assert d.observe(B, 50.0)  # the next measurement starts the new regime
+    assert d.last == {B: 50.0} and not d.settling
+    off = RegimeDetector(0.15, step_change=None)
+    off.observe(A, 100.0)
+    assert not off.observe(A, 101.0, step=math.log(3.0)) and not off.settling
+    with pytest.raises(ValueError, match=r"step_change must be a number in \(0, 100\), but got step_change=-1"):
+        RegimeDetector(0.15, step_change=-1)

@@ -973,10 +973,11 @@ def test_autobyte_reads_the_link_rate_by_default_and_takes_settle_and_rate_rise(
 
     t = AutoByteTuner(fresh_net, background=False)
     c = Controller(t, GRID, GRID[4], "ps", list(MODEL.layer_bytes))
-    assert t.settle is False and c.detector is not None and c.detector.rate_rise == 0.5 and not c.notify_mixed
+    assert t.settle is False and c.detector is not None and c.detector.rate_rise == 0.5 and not c.wait_mixed
+    assert c.detector.settle is False and c.detector.step_change == 0.5  # only a check that stepped inside is dropped
     n = AutoByteTuner(fresh_net, background=False, settle="notify", rate_rise=None)
     c = Controller(n, GRID, GRID[4], "ps", list(MODEL.layer_bytes))
-    assert c.notify_mixed and c.detector is not None and c.detector.rate_rise is None
+    assert not c.wait_mixed and c.detector is not None and c.detector.settle and c.detector.rate_rise is None
     with pytest.raises(ValueError, match=r"settle must be False, True or 'notify', but got settle='late'"):
         AutoByteTuner(fresh_net, background=False, settle="late")
     with pytest.raises(ValueError, match=r"rate_rise must be None or a number in \(0, 100\), but got rate_rise=0"):
