@@ -1,0 +1,77 @@
+"""How the detector's step rule (``core.regime.within_step``) reads real runs: false alarms and changes seen.
+
+Reads the per-iteration times of a real suite's runs (``iterations.csv`` of each scenario: one row per iteration
+with its wall time and the trace condition it ran in) and cuts every run into groups of ``--check`` consecutive
+iterations under one configuration, as the controller's checks are. A group whose iterations all ran in one
+condition is *clean*; one that spans a change of condition is *mixed*. For each threshold, the share of clean
+groups whose step exceeds it (a false alarm: a clean measurement dropped and a spurious change) and the share of
+mixed groups it catches (a mixed measurement dropped instead of filed)::
+
+    python benchmarks/step_rule_calibration.py docs/figures/suite_full_stop33
+
+The groups start at iteration 2 (after the warm-up), every ``--check`` iterations; the controller's real checks
+restart after each reconfiguration, so this is a sample of checks, not the checks themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autobyte.core.regime import within_step  # noqa: E402
+
+
+def groups(suite: Path, check: int) -> tuple[list[float], list[float]]:
+    """Steps (log units, absolute) of clean and of mixed groups over every run of ``suite``."""
+    clean: list[float] = []
+    mixed: list[float] = []
+    files = sorted(suite.glob("*/iterations.csv"))
+    if not files:
+        raise SystemExit(f"no */iterations.csv under {suite}: give a folder written by `autobyte bench --suite`.")
+    for f in files:
+        runs: dict[tuple[str, str], dict[int, dict[str, str]]] = collections.defaultdict(dict)
+        with open(f) as fh:
+            for r in csv.DictReader(fh):
+                runs[(r["method"], r["repeat"])][int(r["iteration"])] = r
+        for its in runs.values():
+            for s in range(2, max(its) + 1, check):
+                g = [its.get(i) for i in range(s, s + check)]
+                if any(x is None for x in g):
+                    continue
+                rows = [x for x in g if x is not None]
+                if len({(x["partition_bytes"], x["credit_bytes"]) for x in rows}) > 1:
+                    continue
+                step = abs(within_step([float(x["seconds"]) for x in rows]))
+                (clean if len({x["condition"] for x in rows}) == 1 else mixed).append(step)
+    return clean, mixed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("suite", type=Path, help="a folder written by `autobyte bench --suite` (scenario folders inside)")
+    ap.add_argument("--check", type=int, default=5, help="iterations per check (5: half of a 10-iteration window)")
+    ap.add_argument("--thresholds", default="0.3,0.4,0.5,0.7", help="relative steps to report (0.5: the default)")
+    a = ap.parse_args(argv)
+    if a.check < 4:
+        ap.error(f"--check must be at least 4 (two iterations on each side of a step), but got --check={a.check}.")
+    clean, mixed = groups(a.suite, a.check)
+    print(f"{a.suite}: {len(clean)} clean groups of {a.check} iterations, {len(mixed)} across a change\n")
+    print("| step_change | clean groups read as a change | groups across a change caught |")
+    print("|---:|---:|---:|")
+    for th in (float(x) for x in a.thresholds.split(",")):
+        lim = math.log1p(th)
+        fp = sum(v > lim for v in clean)
+        hit = sum(v > lim for v in mixed)
+        print(f"| {th:g} | {fp} of {len(clean)} ({100 * fp / max(1, len(clean)):.1f}%) "
+              f"| {hit} of {len(mixed)} ({100 * hit / max(1, len(mixed)):.0f}%) |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
