@@ -9,8 +9,9 @@ mixed groups it catches (a mixed measurement dropped instead of filed)::
 
     python benchmarks/step_rule_calibration.py docs/figures/suite_full_stop33
 
-The groups start at iteration 2 (after the warm-up), every ``--check`` iterations; the controller's real checks
-restart after each reconfiguration, so this is a sample of checks, not the checks themselves.
+The groups start at iteration 2 (after the warm-up), every ``--check`` iterations (``--all-offsets``: at every
+alignment in turn); the controller's real checks restart after each reconfiguration, so this is a sample of checks,
+not the checks themselves.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autobyte.core.regime import within_step  # noqa: E402
 
 
-def groups(suite: Path, check: int) -> tuple[list[float], list[float]]:
-    """Steps (log units, absolute) of clean and of mixed groups over every run of ``suite``."""
+def groups(suite: Path, check: int, min_side: int = 2, offsets: int = 1) -> tuple[list[float], list[float]]:
+    """Steps (log units, absolute) of clean and of mixed groups over every run of ``suite``.
+
+    ``offsets``: the groups start at iterations 2, 3, ... ``2 + offsets - 1`` in turn (every alignment of the
+    checks against the trace's changes when it is ``check``), each a sample of its own.
+    """
     clean: list[float] = []
     mixed: list[float] = []
     files = sorted(suite.glob("*/iterations.csv"))
@@ -39,15 +44,15 @@ def groups(suite: Path, check: int) -> tuple[list[float], list[float]]:
         with open(f) as fh:
             for r in csv.DictReader(fh):
                 runs[(r["method"], r["repeat"])][int(r["iteration"])] = r
-        for its in runs.values():
-            for s in range(2, max(its) + 1, check):
+        for its, off in ((its, off) for its in runs.values() for off in range(offsets)):
+            for s in range(2 + off, max(its) + 1, check):
                 g = [its.get(i) for i in range(s, s + check)]
                 if any(x is None for x in g):
                     continue
                 rows = [x for x in g if x is not None]
                 if len({(x["partition_bytes"], x["credit_bytes"]) for x in rows}) > 1:
                     continue
-                step = abs(within_step([float(x["seconds"]) for x in rows]))
+                step = abs(within_step([float(x["seconds"]) for x in rows], min_side))
                 (clean if len({x["condition"] for x in rows}) == 1 else mixed).append(step)
     return clean, mixed
 
@@ -57,10 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("suite", type=Path, help="a folder written by `autobyte bench --suite` (scenario folders inside)")
     ap.add_argument("--check", type=int, default=5, help="iterations per check (5: half of a 10-iteration window)")
     ap.add_argument("--thresholds", default="0.3,0.4,0.5,0.7", help="relative steps to report (0.5: the default)")
+    ap.add_argument("--min-side", type=int, default=2, help="iterations on each side of a step (2: the detector's)")
+    ap.add_argument("--all-offsets", action="store_true",
+                    help="groups at every alignment against the trace (the suite's phases are multiples of 5, so "
+                         "without it every change falls at the same place in its group)")
     a = ap.parse_args(argv)
-    if a.check < 4:
-        ap.error(f"--check must be at least 4 (two iterations on each side of a step), but got --check={a.check}.")
-    clean, mixed = groups(a.suite, a.check)
+    if a.min_side < 1 or a.check < 2 * a.min_side:
+        ap.error(f"--check must be at least twice --min-side (>= 1) to split, but got --check={a.check}, --min-side={a.min_side}.")
+    clean, mixed = groups(a.suite, a.check, a.min_side, a.check if a.all_offsets else 1)
     print(f"{a.suite}: {len(clean)} clean groups of {a.check} iterations, {len(mixed)} across a change\n")
     print("| step_change | clean groups read as a change | groups across a change caught |")
     print("|---:|---:|---:|")

@@ -99,9 +99,10 @@ class RegimeDetector:
     configuration ran (a trial new to the regime too), and the measurement
     is known to mix both regimes: it is dropped as with ``settle``
     (:attr:`settling`), whatever ``settle`` says. On the real full suite's
-    runs of stop 33, split 2/3 and 3/2 within 5-iteration checks, 0 of 1222
-    checks that ran in one condition stepped by more than 50% and 182 of 243
-    checks across a change did (docs/benchmarks.md 7.17).
+    runs cut into 5-iteration groups at every alignment, 0.4% of the groups
+    that ran in one condition stepped by more than 50% and 64-68% of those
+    across a change did (``benchmarks/step_rule_calibration.py``;
+    docs/benchmarks.md 7.17).
 
     Args:
         threshold: relative speed change of one configuration that counts as a
