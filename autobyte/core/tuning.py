@@ -53,9 +53,11 @@ class Observation:
             :meth:`Tuner.observe`). A tuner that averages measurements can
             weigh them by it.
         mixed: the check that showed the change of conditions, given at once
-            to a tuner with ``settle = "notify"``: conditions changed somewhere
-            inside it, so ``speed`` belongs to neither regime (not a
-            measurement to keep); ``regime_changed`` is set, and the next
+            to a tuner with ``settle = "notify"``, and to any tuner but one
+            with ``settle = True`` when rank 0's iteration times stepped
+            inside it (the tuner's ``step_change``): conditions changed
+            somewhere inside it, so ``speed`` belongs to neither regime (not
+            a measurement to keep); ``regime_changed`` is set, and the next
             check, wholly in the new conditions, comes without it.
     """
 
@@ -233,8 +235,9 @@ class Controller:
     Raises:
         ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
             ``regime_change``, ``world_size``, ``harm_budget`` or
-            ``harm_span`` out of range, the tuner's ``rate_rise`` or ``step_change`` out of range, or the tuner's ``settle`` not False,
-            True or ``"notify"``.
+            ``harm_span`` out of range, the tuner's ``rate_rise`` or
+            ``step_change`` out of range, or the tuner's ``settle`` not
+            False, True or ``"notify"``.
     """
 
     tuner: Tuner
@@ -266,7 +269,6 @@ class Controller:
             raise ValueError(f"regime_change must be a number in (0, 10) or None, but got regime_change={rc!r}.")
         if self.world_size is not None:
             check_int("world_size", self.world_size)
-
         self.current = self.tuner.start(self.space, self.initial)
         self._skip_until = self.warmup_iters
         #: windows handed to the tuner so far (a check that completes one increments it)
