@@ -175,7 +175,7 @@ class Adapter:
                     self._fall_back("the adaptation worker exited")
                 self._answered.set()
                 return
-            generation, cn = tag
+            generation, cn = tag if tag is not None else (-1, None)
             self.n_runs += 1
             self.last_duration_s = float(answer["wall_s"])
             self.total_s += self.last_duration_s
@@ -188,7 +188,8 @@ class Adapter:
                 self.net._np_head = _Head(cn, [(p[0], p[1]), (p[2], p[3]), (p[4], p[5])])  # one reference swap
                 self.last_loss = tuple(answer["loss"])  # type: ignore[assignment]
                 self.last_steps = int(answer["steps"])
-            self._answered.set()
+            if generation == self._generation:  # a cancelled fit's answer does not end the one sent after it
+                self._answered.set()
 
     def _fall_back(self, why: str) -> None:
         _log.warning("autobyte: %s; online adaptation goes on in a thread of this process.", why)

@@ -98,11 +98,13 @@ def test_a_cancelled_fit_is_dropped(fresh_net):
     assert ad.start(*_rows(fresh_net, n=256), background=True)
     ad.cancel()  # as load_state_dict does when it restores a head
     assert not ad.running
-    worker = ad._worker
-    ad.close()  # the worker finishes the fit, answers, then ends at end of input
-    worker._reader.join(30.0)
-    assert ad.n_runs == 1  # the answer came ...
-    assert fresh_net._np_head is before  # ... and was not applied
+    # a fit sent after the cancel is still one at a time: the cancelled fit's answer does not end it
+    assert ad.start(*_rows(fresh_net, n=8, seed=1), background=True)
+    assert not ad.start(*_rows(fresh_net, n=8, seed=2), background=True)
+    ad.join(30.0)
+    assert ad.n_runs == 2 and not ad.running  # both answers came ...
+    assert fresh_net._np_head is not before  # ... the second applied
+    ad.close()
 
 
 def test_close_ends_the_worker(fresh_net):
