@@ -183,7 +183,7 @@ class Adapter:
             self.worker_pid = int(answer["pid"])
             if "error" in answer:
                 _log.warning("autobyte: online adaptation failed (%s); keeping the previous predictor.", answer["error"])
-            elif generation == self._generation:
+            elif generation == self._generation and cn is not None:
                 p = answer["params"]
                 self.net._np_head = _Head(cn, [(p[0], p[1]), (p[2], p[3]), (p[4], p[5])])  # one reference swap
                 self.last_loss = tuple(answer["loss"])  # type: ignore[assignment]
