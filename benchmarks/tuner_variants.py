@@ -79,7 +79,8 @@ register_tuner("autobyte-payoff", _variant(payoff=True))
 # the explorer's gains and costs in iterations' worth of time instead of log speed ratios (stop 25), alone and with Payoff
 register_tuner("autobyte-time", _variant(time_units=True))
 register_tuner("autobyte-time-payoff", _variant(time_units=True, payoff=True))
-# a trip of the guard goes to the fastest configuration measured in these conditions when it beat the start (stop 25)
+# a trip of the guard goes to the fastest configuration measured in these conditions when it beat the start (stop 25;
+# every tuner's default since stop 35, so these two are the tuner as it ships and time units; the stop-34 tuners below)
 register_tuner("autobyte-refuge", _with(_variant(), refuge=True))
 register_tuner("autobyte-time-refuge", _with(_variant(time_units=True), refuge=True))
 # 2026-11-26 (stop 27): the simulator, built from the job's own windows, predicts instead of the meta-network
@@ -223,6 +224,10 @@ register_tuner("autobyte-history-thread", _variant(history_dir=_HISTORY, history
 register_tuner("autobyte-history-stop33", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt_process=False,
                                                    step_change=None))
 register_tuner("autobyte-history-nostep", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, step_change=None))
+# stop 35: a trip of the guard goes to the fastest configuration measured faster than the start (refuge, every
+# tuner's default); the tuners of stop 34, their trips always back to the start:
+register_tuner("autobyte-stop34", _with(_variant(), refuge=False))
+register_tuner("autobyte-history-stop34", _with(_variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE), refuge=False))
 
 
 def _history_pick(space: Any, initial: Any) -> Any:
