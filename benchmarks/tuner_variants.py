@@ -228,6 +228,8 @@ register_tuner("autobyte-history-nostep", _variant(history_dir=_HISTORY, history
 # tuner's default); the tuners of stop 34, their trips always back to the start:
 register_tuner("autobyte-stop34", _with(_variant(), refuge=False))
 register_tuner("autobyte-history-stop34", _with(_variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE), refuge=False))
+# stop 35: trials' gains shrunk to what the history's regimes measured beyond the start (history_spread)
+register_tuner("autobyte-history-spread", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, history_spread=True))
 
 
 def _history_pick(space: Any, initial: Any) -> Any:

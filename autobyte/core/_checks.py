@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal, overload
 
 
 def check_int(name: str, value: Any, *, minimum: int = 1) -> int:
@@ -26,6 +26,24 @@ def check_in_range(name: str, value: Any, low: float, high: float) -> float:
     """``value`` as float if it is a finite number in ``[low, high]`` (bools refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
         raise ValueError(f"{name} must be a finite number in [{low:g}, {high:g}], but got {name}={value!r}.")
+    return float(value)
+
+
+@overload
+def check_fraction(name: str, value: Any, upper: float, *, optional: Literal[False] = False) -> float: ...
+
+
+@overload
+def check_fraction(name: str, value: Any, upper: float, *, optional: Literal[True]) -> float | None: ...
+
+
+def check_fraction(name: str, value: Any, upper: float, *, optional: bool = False) -> float | None:
+    """``value`` as float if it is a finite number in ``(0, upper)`` (bools refused); ``None`` passes with ``optional``."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value < upper:
+        rule = f"{'None or ' if optional else ''}a number in (0, {upper:g})"
+        raise ValueError(f"{name} must be {rule}, but got {name}={value!r}.")
     return float(value)
 
 

@@ -23,14 +23,8 @@ import math
 from collections import deque
 from typing import Any, Sequence
 
-from ._checks import check_int
+from ._checks import check_fraction, check_int
 from .space import Config
-
-
-def _check_fraction(name: str, value: object, upper: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value < upper:
-        raise ValueError(f"{name} must be a number in (0, {upper:g}), but got {name}={value!r}.")
-    return float(value)
 
 
 def _cfg(c: Config) -> list[int]:
@@ -122,12 +116,12 @@ class RegimeDetector:
 
     def __init__(self, threshold: float = 0.15, settle: bool = False, rate_rise: float | None = None,
                  step_change: float | None = 0.5) -> None:
-        self.threshold = _check_fraction("threshold", threshold, 10.0)
+        self.threshold = check_fraction("threshold", threshold, 10.0)
         if not isinstance(settle, bool):
             raise ValueError(f"settle must be True or False, but got settle={settle!r}.")
         self.settle = settle
-        self.rate_rise = None if rate_rise is None else _check_fraction("rate_rise", rate_rise, 100.0)
-        self.step_change = None if step_change is None else _check_fraction("step_change", step_change, 100.0)
+        self.rate_rise = check_fraction("rate_rise", rate_rise, 100.0, optional=True)
+        self.step_change = check_fraction("step_change", step_change, 100.0, optional=True)
         #: last measured speed of each configuration in the current regime
         self.last: dict[Config, float] = {}
         #: highest link rate each configuration achieved in the current regime (with ``rate_rise``)
@@ -238,7 +232,7 @@ class HarmGuard:
 
     def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, refuge: bool = True) -> None:
         self.initial = initial
-        self.budget = _check_fraction("budget", budget, 1.0)
+        self.budget = check_fraction("budget", budget, 1.0)
         self.span = check_int("span", span)
         if not isinstance(refuge, bool):
             raise ValueError(f"refuge must be True or False, but got refuge={refuge!r}.")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from autobyte.core._checks import check_fraction
 from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuning import SETTLE_MODES, Decision, Observation, Tuner
 
@@ -28,6 +29,8 @@ from ._simscore import SimPredictor
 from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Payoff, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
 
 _log = logging.getLogger("autobyte.meta")
+#: the smallest scale of a trial's gain taken from a history (``history_spread``): ``shrink``'s lower bound
+SPREAD_FLOOR = 1e-3
 
 #: Where the tuner's predictions come from (``AutoByteTuner(predictor=...)``).
 PREDICTORS = ("network", "simulator", "simulator-fit")
@@ -453,6 +456,17 @@ class AutoByteTuner(Tuner):
             <autobyte.meta.JobHistory.plan>`; logged at start): the
             cluster's real measurements overrule the network's prediction.
             What this job measures itself is still moved to (True).
+        history_spread: with ``history_dir`` and ``shrink``, a trial's
+            predicted gain starts shrunk to what past jobs' regimes measured
+            beyond the start (:class:`HistoryPlan.headroom
+            <autobyte.meta._history.HistoryPlan>`: the root mean square, over
+            the past regimes that ran the start beside another configuration,
+            of how far that regime's fastest ran beyond it; logged at start)
+            instead of ``shrink``; this job's own trials then move it as they
+            move ``shrink``. Where past jobs found nothing faster than the
+            start, trials rarely pay; where they did, as before. Used only
+            when 2+ past regimes measured the start beside another
+            configuration (False).
         clean_check: a check of a configuration measured in this regime that
             shows no change, after a surprising measurement, judges the
             surprise as the predictor's (as a window would); without it a
@@ -510,19 +524,14 @@ class AutoByteTuner(Tuner):
         history_dir: str | os.PathLike[str] | None = None,
         history_write: bool = True,
         history_veto: bool = True,
+        history_spread: bool = False,
     ) -> None:
         if settle not in SETTLE_MODES:
             raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
-        if rate_rise is not None and (isinstance(rate_rise, bool) or not isinstance(rate_rise, (int, float))
-                                      or not 0 < rate_rise < 100):
-            raise ValueError(f"rate_rise must be None or a number in (0, 100), but got rate_rise={rate_rise!r}.")
         #: read by the controller (the base class's defaults are False and None)
         self.settle = settle
-        self.rate_rise = None if rate_rise is None else float(rate_rise)
-        if step_change is not None and (isinstance(step_change, bool) or not isinstance(step_change, (int, float))
-                                        or not 0 < step_change < 100):
-            raise ValueError(f"step_change must be None or a number in (0, 100), but got step_change={step_change!r}.")
-        self.step_change = None if step_change is None else float(step_change)
+        self.rate_rise = check_fraction("rate_rise", rate_rise, 100.0, optional=True)
+        self.step_change = check_fraction("step_change", step_change, 100.0, optional=True)
         if predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
         self.predictor = predictor
@@ -549,8 +558,12 @@ class AutoByteTuner(Tuner):
         self.shrink = None if shrink is None else _check_range("shrink", shrink, 1e-3, 10.0)
         self.history = None if history_dir is None else JobHistory(history_dir, write=history_write, min_gain=min_gain)
         self.history_veto = bool(history_veto)
+        self.history_spread = bool(history_spread)
         #: configurations the explorer does not try: past jobs measured them slower than the start
         self.slower: frozenset[Config] = frozenset()
+        #: the scale a trial's predicted gain is shrunk to before this job's trials say more (``shrink``, or
+        #: with ``history_spread`` what past jobs' regimes measured beyond the start); ``None`` without ``shrink``
+        self.spread_prior: float | None = self.shrink
         self.job = new_job_id()  # this job's file in the history folder (kept by state_dict: a resumed job goes on in it)
         #: why the job started where it did (the history's reason; ``None`` without a history)
         self.started_from: str | None = None
@@ -602,6 +615,7 @@ class AutoByteTuner(Tuner):
         self._reset()
         self.started_from = None
         self.slower = frozenset()
+        self.spread_prior = self.shrink
         if self.history is not None and self.enabled and len(space) > 1:
             plan = self.history.plan(space, initial, exclude=self.job)
             initial, self.started_from = plan.start, plan.reason
@@ -610,6 +624,12 @@ class AutoByteTuner(Tuner):
             if self.slower:
                 _log.info("autobyte: history: not trying %d configurations past jobs measured slower than %s: %s",
                           len(self.slower), initial, ", ".join(map(str, sorted(self.slower))))
+            if self.history_spread and self.shrink is not None and plan.headroom is not None:
+                # the smallest shrink allowed: a scale of 0 would rule every trial out for good
+                self.spread_prior = max(plan.headroom, SPREAD_FLOOR)
+                _log.info("autobyte: history: the fastest configuration of %d past regimes ran %.1f%% (root mean square, "
+                          "log units) beyond %s; trials' gains start shrunk to that scale instead of %.1f%%", plan.headroom_regimes,
+                          100 * self.spread_prior, initial, 100 * self.shrink)
         return initial
 
     # ------------------------------------------------------------------ decision
@@ -661,7 +681,7 @@ class AutoByteTuner(Tuner):
                                               self.scorer.trial_bias() if self.debias else 0.0,
                                               self.trial_record.factor() if self.payoff else 1.0,
                                               self.ledger.left(obs.iteration),
-                                              None if self.shrink is None else self.trial_record.spread(self.shrink),
+                                              None if self.spread_prior is None else self.trial_record.spread(self.spread_prior),
                                               skip=self.slower)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
@@ -870,6 +890,7 @@ class AutoByteTuner(Tuner):
             "window": self._window,
             "job": self.job,
             "slower": sorted([c.partition_bytes, c.credit_bytes] for c in self.slower),
+            "spread_prior": self.spread_prior,
             "ledger": self.ledger.state_dict(),
             "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
             "learner": self.learner.state_dict(),
@@ -912,6 +933,8 @@ class AutoByteTuner(Tuner):
         self.job = str(state.get("job", self.job))
         if "slower" in state:  # as planned at the job's start, not from files other jobs wrote since
             self.slower = frozenset(Config(int(v[0]), int(v[1])) for v in state["slower"])
+        if "spread_prior" in state:  # as planned at the job's start, too
+            self.spread_prior = None if state["spread_prior"] is None else float(state["spread_prior"])
         self.ledger.load_state_dict(state.get("ledger", {}))
         if hasattr(self, "scorer"):
             self.scorer.load_state_dict(state.get("scorer", {}))

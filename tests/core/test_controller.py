@@ -337,5 +337,5 @@ def test_a_tuner_without_the_step_rule_or_that_settles():
     assert len(t.seen) == 2 and t.seen[1].regime_changed and not t.seen[1].mixed
     bad = _Keeps()
     bad.step_change = 0
-    with pytest.raises(ValueError, match=r"step_change must be a number in \(0, 100\), but got step_change=0"):
+    with pytest.raises(ValueError, match=r"step_change must be None or a number in \(0, 100\), but got step_change=0"):
         Controller(bad, SPACE, SPACE[0], "allreduce", [400, 600])

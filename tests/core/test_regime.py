@@ -66,7 +66,7 @@ def test_the_rate_signal_is_off_by_default_and_kept_in_the_state():
 
 @pytest.mark.parametrize("bad", [0, -1, 100, float("inf"), True, "0.5"])
 def test_detector_rejects_a_bad_rate_rise(bad):
-    with pytest.raises(ValueError, match=r"rate_rise must be a number in \(0, 100\), but got rate_rise="):
+    with pytest.raises(ValueError, match=r"rate_rise must be None or a number in \(0, 100\), but got rate_rise="):
         RegimeDetector(0.15, rate_rise=bad)
 
 
@@ -403,5 +403,5 @@ def test_detector_step_rule_drops_the_mixed_measurement_and_starts_the_regime_at
     off = RegimeDetector(0.15, step_change=None)
     off.observe(A, 100.0)
     assert not off.observe(A, 101.0, step=math.log(3.0)) and not off.settling
-    with pytest.raises(ValueError, match=r"step_change must be a number in \(0, 100\), but got step_change=-1"):
+    with pytest.raises(ValueError, match=r"step_change must be None or a number in \(0, 100\), but got step_change=-1"):
         RegimeDetector(0.15, step_change=-1)

@@ -217,3 +217,39 @@ def test_history_start_is_the_guards_reference(fresh_net, tmp_path):
 def test_bad_history_dir_is_a_clear_error(fresh_net, tmp_path):
     with pytest.raises(TypeError, match=r"history_dir must be a folder path .* got 3"):
         AutoByteTuner(fresh_net, history_dir=3)  # type: ignore[arg-type]
+
+
+def test_history_spread_starts_the_trials_scale_at_what_past_regimes_found_beyond_the_start(fresh_net, tmp_path):
+    tmp_path = tmp_path / "history"  # fresh_net keeps its weights in tmp_path
+    # SPACE[5] 10% faster than SPACE[0] in two regimes, and the fastest there: nothing measured beyond it
+    _past_job(tmp_path, "past", SPACE[5])
+
+    def reasons(t: AutoByteTuner) -> list[str]:
+        cur, out = t.start(SPACE, SPACE[0]), []
+        for w in range(12):
+            d = t.observe(obs(cur, w, gbps=1.0))
+            if d is not None:
+                out.append(d.reason)
+                cur = d.config
+        return out
+
+    plain = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_veto=False)
+    assert plain.start(SPACE, SPACE[0]) == SPACE[5] and plain.spread_prior == 0.05  # shrink, as without the option
+    fresh_net.reset_head()
+    spread = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_veto=False,
+                           history_spread=True)
+    assert spread.start(SPACE, SPACE[0]) == SPACE[5] and spread.spread_prior == 1e-3  # the floor: nothing ran beyond it
+    fresh_net.reset_head()
+    tried = [r for r in reasons(plain) if r.startswith("explore")]
+    fresh_net.reset_head()
+    assert tried and not [r for r in reasons(spread) if r.startswith("explore")]  # the same job, no trial pays
+    # a resumed job keeps the scale planned at its start; without shrink there is none to replace
+    state = json.loads(json.dumps(spread.state_dict()))
+    again = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path / "elsewhere", history_spread=True)
+    again.start(SPACE, SPACE[0])
+    assert again.spread_prior == 0.05
+    again.load_state_dict(state)
+    assert again.spread_prior == 1e-3
+    off = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_spread=True, shrink=None)
+    off.start(SPACE, SPACE[0])
+    assert off.spread_prior is None

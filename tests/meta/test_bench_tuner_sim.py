@@ -116,3 +116,37 @@ def test_bad_arguments_give_a_one_line_error(bench, capsys, argv, needle):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and needle in err and err.startswith("bench_tuner_sim.py: error:"), err
+
+
+def test_trace_prints_the_decisions_the_segments_and_the_figures(load_benchmark, tmp_path, capsys):
+    trace = load_benchmark("tuner_sim_trace")
+    bench = load_benchmark("bench_tuner_sim")
+    sc = bench.make_scenario("tune", 2)
+    assert trace.main(["tune", "2", "--tuner", "static", "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"tune 2: {sc.describe()}")
+    assert sum(x.startswith("segment ") for x in out.splitlines()) == len(sc.segments) and "oracle <partition" in out
+    # static never moves: every window at the start, level with ByteScheduler's default
+    line = next(x for x in out.splitlines() if x.startswith("configuration per window:"))
+    assert set(line.split(": ", 1)[1].split("; ")) == {str(bench.BYTESCHEDULER_DEFAULT)}
+    assert "1.000x ByteScheduler's default" in out
+    # the meta-network tuner's decisions come with their reasons
+    assert trace.main(["tune", "2", "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "autobyte: window" in out and "x the per-segment oracle" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["tune", "-1"], "index must be >= 0"),
+    (["train", "1"], "invalid choice"),
+    (["tune", "1", "--tuner", "nope"], "unknown tuner 'nope'"),
+    (["tune", "1", "--adapt-time-s", "0"], "--adapt-time-s must be > 0"),
+    (["tune", "1", "--import", "no_such_module_xyz"], "--import"),
+])
+def test_trace_rejects_bad_arguments(load_benchmark, capsys, argv, needle):
+    trace = load_benchmark("tuner_sim_trace")
+    with pytest.raises(SystemExit) as e:
+        trace.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
