@@ -80,7 +80,7 @@ register_tuner("autobyte-payoff", _variant(payoff=True))
 register_tuner("autobyte-time", _variant(time_units=True))
 register_tuner("autobyte-time-payoff", _variant(time_units=True, payoff=True))
 # a trip of the guard goes to the fastest configuration measured in these conditions when it beat the start (stop 25;
-# every tuner's default since stop 35, so these two are the tuner as it ships and time units; the stop-34 tuners below)
+# stop 35 measured it again, docs/benchmarks.md 7.18, and left it off)
 register_tuner("autobyte-refuge", _with(_variant(), refuge=True))
 register_tuner("autobyte-time-refuge", _with(_variant(time_units=True), refuge=True))
 # 2026-11-26 (stop 27): the simulator, built from the job's own windows, predicts instead of the meta-network
@@ -224,10 +224,11 @@ register_tuner("autobyte-history-thread", _variant(history_dir=_HISTORY, history
 register_tuner("autobyte-history-stop33", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, adapt_process=False,
                                                    step_change=None))
 register_tuner("autobyte-history-nostep", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, step_change=None))
-# stop 35: a trip of the guard goes to the fastest configuration measured faster than the start (refuge, every
-# tuner's default); the tuners of stop 34, their trips always back to the start:
+# stop 35: the refuge was every tuner's default while the README suite and the full suite of docs/benchmarks.md 7.18
+# ran (commit 7f1bac9); these are the tuners with it off, i.e. of stop 34 and, since it is off again, as they ship
 register_tuner("autobyte-stop34", _with(_variant(), refuge=False))
 register_tuner("autobyte-history-stop34", _with(_variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE), refuge=False))
+register_tuner("autobyte-history-refuge", _with(_variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE), refuge=True))
 # stop 35: trials' gains shrunk to what the history's regimes measured beyond the start (history_spread)
 register_tuner("autobyte-history-spread", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, history_spread=True))
 

@@ -223,14 +223,14 @@ class HarmGuard:
         budget: allowed slowdown over a span (0.03).
         span: iterations of the sliding span (50).
         refuge: trip to the fastest configuration measured in these conditions
-            when it beat the start by more than ``budget`` (default; ``False``:
+            when it beat the start by more than ``budget`` (``False``, default:
             always to the start).
 
     Raises:
         ValueError: ``budget`` not in (0, 1), ``span`` not a positive integer, or ``refuge`` not a bool.
     """
 
-    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, refuge: bool = True) -> None:
+    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, refuge: bool = False) -> None:
         self.initial = initial
         self.budget = check_fraction("budget", budget, 1.0)
         self.span = check_int("span", span)

@@ -105,9 +105,10 @@ class Tuner(abc.ABC):
     settle: bool | str = False
     #: whether a trip of the do-no-harm guard goes to the fastest configuration measured in the
     #: current conditions when it beat the start by more than the guard's budget, instead of the start
-    #: (:class:`~autobyte.core.regime.HarmGuard`); on since stop 35 (the guard asks for no more than
-    #: the start's speed, and the start can be far slower: docs/benchmarks.md 7.18); ``False``: always the start
-    refuge: bool = True
+    #: (:class:`~autobyte.core.regime.HarmGuard`); off by default: +0.2 points on the simulator, but on
+    #: real runs a trip at a change the detector had not seen yet sent a run to a configuration measured
+    #: in the conditions before it (docs/benchmarks.md 7.18)
+    refuge: bool = False
     #: relative rise of the achieved link rate that the controller's detector takes as a faster link, whatever
     #: the configuration (:class:`~autobyte.core.regime.RegimeDetector` ``rate_rise``); ``None`` (default): not read
     rate_rise: float | None = None
@@ -202,10 +203,10 @@ class Controller:
     iterations the tuned run stays within ``harm_budget`` of the speed it
     would have had at ``initial``; past that, the controller sends it back to
     ``initial`` (a decision of its own, reason ``guard: ...``) and keeps it
-    there for ``harm_span`` iterations; to the fastest configuration measured
+    there for ``harm_span`` iterations (to the fastest configuration measured
     in the current conditions instead when that one ran faster than
-    ``initial`` by more than ``harm_budget`` (the tuner's ``refuge``, on
-    unless it sets ``refuge = False``). The tuner is still told what the
+    ``initial`` by more than ``harm_budget``, for a tuner with ``refuge =
+    True``). The tuner is still told what the
     window measured up to the check where the guard trips (``observe``, with
     ``window_share`` below 1 for a window cut short, and ``regime_changed``
     when that check also shows a change of conditions), so a trial's
@@ -289,7 +290,7 @@ class Controller:
                                        step_change=getattr(self.tuner, "step_change", None)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span,
-                                                                      refuge=getattr(self.tuner, "refuge", True))
+                                                                      refuge=getattr(self.tuner, "refuge", False))
         if not getattr(self.tuner, "guarded", True):
             self.guard = None
 

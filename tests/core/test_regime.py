@@ -303,8 +303,8 @@ def test_guard_with_refuge_trips_to_the_fastest_configuration_measured_here():
     g.record(40, B, 112.0, 10, False)  # held at B: faster than the start, so it banks gains
     assert g.cost() < 0 and g.holding(41)
     # without refuge, or with nothing measured clearly faster than the start, the start
-    plain = HarmGuard(A, budget=0.03, span=50, refuge=False)
-    for h in (plain, HarmGuard(A, budget=0.03, span=50)):
+    plain = HarmGuard(A, budget=0.03, span=50)
+    for h in (plain, HarmGuard(A, budget=0.03, span=50, refuge=True)):
         h.record(10, A, 100.0, 10, False)
         h.record(20, B, 102.0 if h is not plain else 113.0, 10, False)
         h.record(30, c, 50.0, 10, False)
@@ -355,12 +355,13 @@ def test_the_controller_holds_the_refuge_a_trip_went_to():
     assert held and all(h["held"].startswith(f"guard holds {best}") for h in held)
 
 
-def test_the_refuge_is_the_default_and_a_tuner_can_turn_it_off():
-    # every tuner that says nothing gets the refuge (since stop 35); refuge = False sends the trip to the start
+def test_the_refuge_is_off_by_default_and_a_tuner_turns_it_on():
+    # off for every tuner that says nothing (on real runs it sent a run to a configuration measured before a
+    # change the detector had not seen yet, docs/benchmarks.md 7.18); refuge = True sends the trip there
     speeds = {c: sim.simulate(MODEL, CLUSTER, c, n_iters=5, seed=0).samples_per_s for c in SPACE}
     order = sorted(speeds, key=speeds.__getitem__)
     worst, start, best = order[0], order[len(order) // 2], order[-1]
-    assert Tuner.refuge is True
+    assert Tuner.refuge is False and HarmGuard(A).use_refuge is False
 
     class _Harms(Tuner):
         name = "finds-then-harms"
@@ -368,10 +369,10 @@ def test_the_refuge_is_the_default_and_a_tuner_can_turn_it_off():
         def observe(self, obs):
             return Decision(best, "found") if obs.config == start else (Decision(worst, "harm") if obs.config == best else None)
 
-    class _HarmsNoRefuge(_Harms):
-        refuge = False
+    class _HarmsWithRefuge(_Harms):
+        refuge = True
 
-    for tuner, where in ((_Harms(), best), (_HarmsNoRefuge(), start)):
+    for tuner, where in ((_Harms(), start), (_HarmsWithRefuge(), best)):
         _, ctl = _run(tuner, start, iters=100)
         trips = [h for h in ctl.history if h.get("reason", "").startswith("guard:")]
         assert trips and trips[0]["new_config"] == where.to_dict(), type(tuner).__name__
