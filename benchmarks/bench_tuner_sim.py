@@ -324,8 +324,8 @@ class _Timed(Tuner):
     """
 
     #: attributes the controller reads from a tuner, forwarded (before stop 29 they were not: a variant's
-    #: settle, refuge or rate_rise ran as the base class's defaults here)
-    FORWARDED = ("settle", "refuge", "rate_rise", "guarded")
+    #: settle, refuge or rate_rise ran as the base class's defaults here; step_change since stop 35)
+    FORWARDED = ("settle", "refuge", "rate_rise", "step_change", "guarded")
 
     def __init__(self, inner: Tuner) -> None:
         self.inner = inner

@@ -24,9 +24,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy, as bench_tuner_si
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_tuner_sim as B  # noqa: E402
 
-from autobyte.core.space import BYTESCHEDULER_DEFAULT, SearchSpace  # noqa: E402
+from autobyte.core.space import SearchSpace  # noqa: E402
 from autobyte.core.tuners import import_tuners, tuner_names  # noqa: E402
-from autobyte.meta._evaluate import WINDOW, run_tuner  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,38 +49,30 @@ def main(argv: list[str] | None = None) -> int:
     if a.tuner not in tuner_names():
         ap.error(f"--tuner: unknown tuner {a.tuner!r} (known: {', '.join(sorted(tuner_names()))})")
     sc = B.make_scenario(a.set, a.index)
-    space = SearchSpace.default()
     network = None
     if "network" in B._factory_params(a.tuner):
         from autobyte.meta._network import MetaNetwork
 
         network = MetaNetwork.load_default()
     print(f"{a.set} {a.index}: {sc.describe()}")
-    tuner = B.build_tuner(a.tuner, sc.arch, network, a.adapt_time_s)
-    start = BYTESCHEDULER_DEFAULT
     log = logging.getLogger("autobyte")
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
     level = log.level
     log.addHandler(handler)
     log.setLevel(logging.INFO)
-    try:
-        run = run_tuner(a.tuner, tuner, start, sc.model, lambda w: sc.conditions[sc.segments[0][2]], sc.n_iters // WINDOW,
-                        space, check_phase=sc.cluster_of_check)
+    try:  # the bench's own path: the baselines (no tuner, so no log lines), then the tuner, run as the bench runs it
+        row = B.run_scenario(sc, [a.tuner], SearchSpace.default(), network, print,
+                             None if a.no_cache else B.DEFAULT_CACHE, a.adapt_time_s)
     finally:
         log.removeHandler(handler)
         log.setLevel(level)
-    cands = list(space) + ([start] if start not in space else [])
-    base = B.baselines(sc, cands, space, None if a.no_cache else B.DEFAULT_CACHE)
-    oracle = base["oracle_configs"]
     for k, (s0, n, cond) in enumerate(sc.segments):
-        print(f"segment {k}: iterations {s0}-{s0 + n}, {cond}; oracle {oracle.get(cond, '?')}")
-    print("configuration per window:", "; ".join(str(c) for c in run.configs))
-    per = sc.n_iters * sc.model.batch_size * sc.n_workers
-    thr = per / run.sim_s
-    ref = {k: per / r["sim_s"] for k, r in base["runs"].items()}
-    print(f"{a.tuner}: {thr / ref['oracle']:.3f}x the per-segment oracle, {thr / ref['best_static']:.3f}x the best static "
-          f"in hindsight ({base['best_static_config']}), {thr / ref['bytescheduler_default']:.3f}x ByteScheduler's default")
+        print(f"segment {k}: iterations {s0}-{s0 + n}, {cond}; oracle {row['oracle_configs'].get(cond, '?')}")
+    print("configuration per window:", "; ".join(row["configs_by_window"][a.tuner]))
+    print(f"{a.tuner}: {row['vs_oracle'][a.tuner]:.3f}x the per-segment oracle, {row['vs_best_static'][a.tuner]:.3f}x the "
+          f"best static in hindsight ({row['best_static_config']}), {row['vs_bytescheduler_default'][a.tuner]:.3f}x "
+          f"ByteScheduler's default")
     return 0
 
 

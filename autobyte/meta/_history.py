@@ -202,8 +202,11 @@ class JobHistory:
         slower = frozenset(c for c, e in effect.items()
                            if c != start and c in space and e < level - math.log1p(self.min_gain))
         # how far the fastest configuration of each past regime ran beyond the start, where the start ran beside it
-        beyond = [max(0.0, math.log(max(sp for _, sp, _ in r) / here[0])) for r in rows
-                  for here in [[sp for c, sp, _ in r if c == start]] if here]
+        beyond = []
+        for r in rows:
+            here = [sp for c, sp, _ in r if c == start]
+            if here:
+                beyond.append(max(0.0, math.log(max(sp for _, sp, _ in r) / here[0])))
         headroom = math.sqrt(sum(b * b for b in beyond) / len(beyond)) if len(beyond) >= self.min_regimes else None
         return HistoryPlan(start, reason, slower, headroom, len(beyond))
 

@@ -29,7 +29,7 @@ from ._simscore import SimPredictor
 from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Payoff, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
 
 _log = logging.getLogger("autobyte.meta")
-#: the smallest scale of a trial's gain taken from a history (``history_spread``): ``shrink``'s lower bound
+#: the smallest scale a trial's gain is shrunk to: ``shrink``'s lower bound, and the floor of one taken from a history
 SPREAD_FLOOR = 1e-3
 
 #: Where the tuner's predictions come from (``AutoByteTuner(predictor=...)``).
@@ -555,7 +555,7 @@ class AutoByteTuner(Tuner):
                                  min_predicted_gain=min_predicted_gain, time_units=time_units,
                                  within_phase=within_phase,
                                  gain_floor=0.0 if shrink is None else math.log1p(min_gain))
-        self.shrink = None if shrink is None else _check_range("shrink", shrink, 1e-3, 10.0)
+        self.shrink = None if shrink is None else _check_range("shrink", shrink, SPREAD_FLOOR, 10.0)
         self.history = None if history_dir is None else JobHistory(history_dir, write=history_write, min_gain=min_gain)
         self.history_veto = bool(history_veto)
         self.history_spread = bool(history_spread)
