@@ -65,6 +65,9 @@ def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
     assert static["tuner"] == "static" and not static["reconfigurations"] and static["final"] == static["start"]
     assert t["tuner"] == "autobyte" and t["iterations"] == 24 and len(t["seconds"]) == 12 and t["chunk_iters"] == 2
     assert t["start"] == {"partition_bytes": 4_000_000, "credit_bytes": 16_000_000} and t["ddp_after_samples_per_s"] > 0
+    # every iteration's host time, start to start: they add up to the chunks' (the last chunk also waits for the device)
+    assert len(t["iter_seconds"]) == 24 and all(v > 0 for v in t["iter_seconds"])
+    assert sum(t["iter_seconds"]) == pytest.approx(sum(t["seconds"]), rel=0.05)
     cont = "static <4 MB, 4X> continuous"
     assert set(t["ratio_vs"]) == {"DDP", "ByteScheduler's default", "DDP's point", "best of grid", cont}
     assert all(v["whole_run"] > 0 and v["second_half"] > 0 for v in t["ratio_vs"].values())
