@@ -340,6 +340,16 @@ def _suites() -> dict[str, Suite]:
         Scenario("readme-step", "cnn", tuple(Phase(20, c) for c in (fast, Condition(500)) * 5), "tune", 16,
                  "the README's scenario: CNN; two-rate step 2000/500 Mbit/s every 20 iterations (200 iterations)"),
     )
+    # conditions that never change (added in stop 36, held out: written before any run of it): nothing to adapt to, so
+    # a tuner can at best find the best static configuration, paying for its trials, and every change of conditions it
+    # reads from noise costs what it sets off (on the H100, single checks 12-14% off their level started regimes
+    # whose trials cost up to 3.4% of a run, docs/benchmarks.md 8.5)
+    steady = (
+        Scenario("heldout-steady-cnn", "cnn", (Phase(150, Condition(800)),), "heldout", 16,
+                 "CNN at 800 Mbit/s throughout (150 iterations): nothing changes"),
+        Scenario("heldout-steady-transformer", "transformer", (Phase(150, Condition(2000)),), "heldout", 32,
+                 "transformer, 16 MiB embedding, at 2000 Mbit/s throughout (150 iterations): nothing changes"),
+    )
     emu_smoke = (
         Scenario("emu-smoke", "emu:densenet121", (Phase(3, Condition(2000)), Phase(3, Condition(600, slowdown=2.0))), "tune", 32,
                  "DenseNet-121 emulated at V100 speed / 2 (32 MB in 121 tensors); 3 iterations at 2000 Mbit/s, then 3 at "
@@ -368,6 +378,8 @@ def _suites() -> dict[str, Suite]:
                        bo_iters=120, window_iters=5, repeats=2, about="2 short scenarios, 4-config grid, a few minutes"),
         "readme": Suite("readme", readme, repeats=3, about="the README's scenario (`autobyte bench --low-mbit 500`), 3 repeats, "
                                                             "the 15-config grid, BO 200 iterations"),
+        "steady": Suite("steady", steady, repeats=3, about="2 held-out scenarios whose conditions never change (CNN, "
+                                                            "transformer), 3 repeats, the 15-config grid: the cost of tuning"),
         "smoke": Suite("smoke", smoke, partitions=(256 * KiB, 4 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
                        bo_iters=6, window_iters=3, repeats=1, about="one 8-iteration scenario: the test suite's real run"),
         "paper": Suite("paper", paper, partitions=(256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 8 * MiB, 32 * MiB), credits=(1, 2, 4),

@@ -340,7 +340,14 @@ class Ledger:
     configuration new to it (the detector's link-rate rule, at a trial) does
     not, and a probe that runs as it ran there undoes the change (the
     detector's premise failed: on the simulator a trial of smaller partitions
-    achieved 1.9x the link rate of larger ones on one link). Measurements of a configuration are averaged over its last
+    achieved 1.9x the link rate of larger ones on one link). With
+    ``withdraw``, a change seen on a configuration's own speed is undone too
+    when that same configuration, measured again while the new regime is
+    young, runs within ``match`` of its speed in the regime left: the one
+    check that showed the change was a transient (a GPU's 5-iteration checks
+    ran 12-14% off their level and back at the next, under unchanged
+    conditions), so it is dropped and the regime left goes on.
+    Measurements of a configuration are averaged over its last
     windows (at most ``memory``, so slow drift is followed) and forgotten after
     ``stale_windows`` windows of the regime without a new one.
 
@@ -356,10 +363,12 @@ class Ledger:
             new regime, as a tuner without memory would).
         young_windows: windows of a new regime during which it may still turn
             out to be a past one (3).
+        withdraw: undo a change that the configuration whose speed showed it
+            does not confirm (see above; True).
     """
 
     def __init__(self, *, match: float = 0.08, memory: int = 3, stale_windows: int = 30, max_regimes: int = 16,
-                 default_horizon: int = 200, recall: bool = True, young_windows: int = 3) -> None:
+                 default_horizon: int = 200, recall: bool = True, young_windows: int = 3, withdraw: bool = True) -> None:
         self.match = _check_range("match", match, 1e-3, 1.0)
         self.memory = int(_check_range("memory", memory, 1, 100))
         self.stale_windows = int(_check_range("stale_windows", stale_windows, 1, 1e6))
@@ -367,6 +376,9 @@ class Ledger:
         self.default_horizon = int(_check_range("default_horizon", default_horizon, 1, 1e7))
         self.recall = bool(recall)
         self.young_windows = int(_check_range("young_windows", young_windows, 0, 1e6))
+        if not isinstance(withdraw, bool):
+            raise ValueError(f"withdraw must be True or False, but got withdraw={withdraw!r}.")
+        self.withdraw = withdraw
         self.regimes: list[Regime] = [Regime(0)]
         self.current = self.regimes[0]
         self._next = 1
@@ -375,6 +387,8 @@ class Ledger:
         self._prev: Regime | None = None  # the regime the last change left
         # a measurement the caller did not file at the last change (config, speed, window share): filed if it is undone
         self._aside: tuple[Config, float, float] | None = None
+        # the configuration whose own speed showed the last change (and ruled out ``_left``), with that speed
+        self._shown: tuple[Config, float] | None = None
 
     def observe(self, iteration: int, config: Config, speed: float, changed: bool, weight: float = 1.0) -> Regime:
         """Record ``config`` at ``speed``; returns the regime this window belongs to.
@@ -417,6 +431,7 @@ class Ledger:
         inferred = config is not None and speed is not None and speed > 0 and (
             seen is None or abs(math.log(speed / seen[0])) <= math.log1p(self.match))
         self._left = None if inferred else left
+        self._shown = None if inferred or config is None or speed is None else (config, float(speed))
         self._prev = left
         self._aside = None
         if inferred and aside is not None and config is not None and speed is not None:
@@ -464,9 +479,19 @@ class Ledger:
                 and abs(math.log(speed / r.measured[config][0])) < math.log1p(self.match)]
         # a configuration whose speed does not tell conditions apart (it ran so in the regime
         # the change ruled out too, or in several) recalls nothing
-        if len(near) != 1 or near[0] is self._left:
+        if len(near) != 1:
             return
         best = near[0]
+        if best is self._left:
+            # ruled out by one configuration's own speed: only that configuration, running there as it
+            # ran before, says the check that showed the change was a transient
+            if not self.withdraw or self._shown is None or self._shown[0] != config:
+                return
+            m = young.measured.get(config)
+            if m is not None and m[1] <= 1.0 + 1e-9 and abs(m[0] - self._shown[1]) <= 1e-9 * abs(m[0]):
+                del young.measured[config]  # that check, the only measurement of it there, is dropped
+            self._left = None
+        self._shown = None
         # the young regime was these conditions all along: its measurements join the old one's
         self.regimes.remove(young)
         self.regimes.remove(best)
@@ -539,7 +564,8 @@ class Ledger:
         return {"regimes": [r.to_dict() for r in self.regimes], "current": self.current.ident, "next": self._next,
                 "left": None if self._left is None else self._left.ident,
                 "prev": None if self._prev is None else self._prev.ident,
-                "aside": None if self._aside is None else _cfg(self._aside[0]) + list(self._aside[1:])}
+                "aside": None if self._aside is None else _cfg(self._aside[0]) + list(self._aside[1:]),
+                "shown": None if self._shown is None else _cfg(self._shown[0]) + [self._shown[1]]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "regimes" in state:
@@ -553,6 +579,9 @@ class Ledger:
         if "aside" in state:
             a = state["aside"]
             self._aside = None if a is None else (Config(int(a[0]), int(a[1])), float(a[2]), float(a[3]))
+        if "shown" in state:
+            w = state["shown"]
+            self._shown = None if w is None else (Config(int(w[0]), int(w[1])), float(w[2]))
 
 
 # ---------------------------------------------------------------------- moving

@@ -472,6 +472,20 @@ class AutoByteTuner(Tuner):
             surprise as the predictor's (as a window would); without it a
             change seen after that check could be taken to account for the
             surprise and move the measurement to the new conditions (True).
+        confirm: a change of conditions seen on one check's speed (the
+            detector's speed or link-rate rule) is confirmed before it is
+            explored: no trial starts at the check that showed it, and when
+            the configuration whose speed showed it runs at its next
+            measurement as it ran before the change, the change is withdrawn
+            (:class:`Ledger`'s ``withdraw``: the regime left goes on, with its
+            measurements and its count of trials that found nothing). On the
+            H100, under unchanged conditions, single 5-iteration checks ran
+            12-14% off their level and back 2-3 times per 150 iterations;
+            each started a regime with one slow measurement as its best, and
+            trials there of configurations already known to be slow cost up
+            to 3.4% of a 396-iteration run (docs/benchmarks.md 8.5). A change
+            shown by a step inside a check (dropped as mixed) is confirmed by
+            that step (True).
 
     Raises:
         ValueError: bad thresholds, or an unusable weights file.
@@ -525,6 +539,7 @@ class AutoByteTuner(Tuner):
         history_write: bool = True,
         history_veto: bool = True,
         history_spread: bool = False,
+        confirm: bool = True,
     ) -> None:
         if settle not in SETTLE_MODES:
             raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
@@ -587,10 +602,11 @@ class AutoByteTuner(Tuner):
         self.payoff = bool(payoff)
         self.answer_at_check = bool(answer_at_check)
         self.clean_check = bool(clean_check)
+        self.confirm = bool(confirm)
         self._reset()
 
     def _reset(self) -> None:
-        self.ledger = Ledger(recall=self.remember)
+        self.ledger = Ledger(recall=self.remember, withdraw=self.confirm)
         self._window = 0
         self._last_pred: tuple[Config, np.ndarray, np.ndarray, float] | None = None  # last window's config, predictions, raw log ratios, speed
         self._trial: tuple[Config, float, Config] | None = None  # the trial decided last window: config, prediction, left
@@ -673,7 +689,7 @@ class AutoByteTuner(Tuner):
         probe = self._probe(obs, sc) if obs.regime_changed else None
         if probe is not None:
             return probe
-        if self.explore:
+        if self.explore and not (self.confirm and obs.regime_changed):  # one check's change is confirmed before a trial
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
                                               self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,

@@ -96,7 +96,7 @@ def test_phase_rejects_bad_values():
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"suite": "nightly"}, "suite must be one of full, quick, readme, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got suite='nightly'"),
+    ({"suite": "nightly"}, "suite must be one of full, quick, readme, steady, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got suite='nightly'"),
     ({"repeats": 0}, "repeats must be a positive integer, but got repeats=0"),
     ({"methods": ["ddp", "magic"]}, "methods must each be one of ddp, bytescheduler, bo, hindsight, oracle, autobyte or "
                                     "tuner:NAME with NAME one of .*, but got 'magic'"),
@@ -141,6 +141,15 @@ def test_full_suite_covers_the_asked_scenario_kinds():
     lengths = {p.iters for s in scs for p in s.phases}
     assert min(lengths) >= 15 and max(lengths) <= 50 and max(lengths) - min(lengths) >= 20  # long and short
     assert set(SUITES["quick"].grid()) <= set(full.grid())
+
+
+def test_steady_suite_holds_its_conditions_and_is_held_out():
+    steady = SUITES["steady"]
+    assert len(steady.scenarios) == 2 and steady.repeats == 3 and steady.grid() == SUITES["full"].grid()
+    for s in steady.scenarios:
+        assert s.tag == "heldout" and len(s.conditions()) == 1 and s.iters >= 150  # one condition, long enough to tune
+        assert s.condition_at(0) == s.condition_at(s.iters - 1)
+    assert {s.model for s in steady.scenarios} == {"cnn", "transformer"}
 
 
 def test_paper_suite_judges_on_a_held_out_model_and_grid_reaches_small_partitions():
@@ -371,7 +380,7 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
 # -- the command line ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "--suite", "nightly"], "--suite must be one of full, quick, readme, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got --suite='nightly'."),
+    (["bench", "--suite", "nightly"], "--suite must be one of full, quick, readme, steady, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got --suite='nightly'."),
     (["bench", "--suite", "quick", "--methods", "ddp,tuner:nosuch"], "or tuner:NAME with NAME one of autobyte, bo, grid, static, but got 'tuner:nosuch'"),
     (["bench", "--suite", "quick", "--methods", "ddp,magic"], "('magic' unknown). With --suite, also hindsight"),
     (["bench", "--suite", "quick", "--import", "no_such_module_x"],

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -253,3 +254,38 @@ def test_history_spread_starts_the_trials_scale_at_what_past_regimes_found_beyon
     off = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_spread=True, shrink=None)
     off.start(SPACE, SPACE[0])
     assert off.spread_prior is None
+
+
+def _run_with_a_change_at(t: AutoByteTuner, at: int, factor: float = 1.0, n: int = 6) -> list[tuple[Config, str | None]]:
+    """Windows on one simulated cluster; the one at ``at`` shows a change (its speed times ``factor``)."""
+    cur, out = t.start(SPACE, SPACE[0]), []
+    for w in range(n):
+        o = obs(cur, w, gbps=1.0)
+        if w == at:
+            o = dataclasses.replace(o, speed=o.speed * factor, regime_changed=True)
+        d = t.observe(o)
+        out.append((cur, None if d is None else d.reason))
+        if d is not None:
+            cur = d.config
+    return out
+
+
+def test_confirm_starts_no_trial_at_the_check_that_showed_a_change(fresh_net):
+    plain = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False, confirm=False), 3)
+    assert plain[3][1] is not None and plain[3][1].startswith("explore")  # without: a trial on that one check
+    fresh_net.reset_head()
+    confirmed = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False), 3)
+    assert confirmed[:3] == plain[:3]  # the same job up to the change
+    assert confirmed[3][1] is None  # the change is measured once more first ...
+    assert confirmed[4][0] == confirmed[3][0] and confirmed[4][1] is not None and confirmed[4][1].startswith("explore")  # ... then tried
+
+
+def test_confirm_withdraws_a_change_the_next_window_does_not_show(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    out = _run_with_a_change_at(t, 3, factor=1.3, n=5)  # one window 30% fast, then as before
+    assert out[3][1] is None and out[4][0] == out[3][0]  # nothing tried on the fast check
+    assert [r.ident for r in t.ledger.regimes] == [0] and t.ledger.current.durations == []  # the regime went on
+    fresh_net.reset_head()
+    t = AutoByteTuner(fresh_net, background=False, confirm=False)
+    _run_with_a_change_at(t, 3, factor=1.3, n=5)
+    assert [r.ident for r in t.ledger.regimes] == [0, 1]  # without: a regime of its own, with a trial in it

@@ -101,6 +101,56 @@ def test_ledger_rejects_bad_arguments(kw):
         Ledger(**kw)
 
 
+def test_ledger_rejects_a_withdraw_that_is_not_a_bool():
+    with pytest.raises(ValueError, match=r"withdraw must be True or False, but got withdraw='yes'"):
+        Ledger(withdraw="yes")  # type: ignore[arg-type]
+
+
+def _spike(led):
+    """Regime 0: A 100 (two windows), B 90 (slower); then one check of A at 130 shows a change (regime 1)."""
+    led.observe(10, A, 100.0, False)
+    led.observe(20, B, 90.0, False)
+    led.observe(30, A, 100.0, False)
+    led.current.misses = 2
+    r = led.observe(35, A, 130.0, True)
+    assert r.ident == 1 and led.recalled is None and led.probe(A) is None  # regime 0 ruled out by A's own speed
+    return led
+
+
+def test_ledger_withdraws_a_change_the_configuration_that_showed_it_does_not_confirm():
+    led = _spike(Ledger())
+    r = led.observe(45, A, 102.0, False)  # A runs as it ran before the change: that check was a transient
+    assert led.recalled is r and r.ident == 0 and led.current is r
+    assert [g.ident for g in led.regimes] == [0]  # the young regime is gone
+    assert r.durations == [] and r.started == 0  # the occurrence goes on: nothing ended at 35
+    assert r.misses == 2  # what its trials found (nothing) still counts
+    # the check at 130 is dropped, not averaged in: A's two windows at 100 and this one at 102; B as it was
+    assert r.speeds(30) == {A: pytest.approx((2 * 100.0 + 102.0) / 3), B: 90.0}
+
+
+def test_ledger_keeps_a_change_another_configuration_cannot_withdraw():
+    led = _spike(Ledger())
+    r = led.observe(45, B, 91.0, False)  # B as before, but the change was seen on A's own speed
+    assert led.recalled is None and r.ident == 1
+    r = led.observe(55, A, 131.0, False)  # A confirms it: the new conditions stay
+    assert led.recalled is None and r.ident == 1 and r.speeds(30) == {A: pytest.approx(130.5), B: 91.0}
+
+
+def test_ledger_without_withdraw_keeps_an_unconfirmed_change():
+    led = _spike(Ledger(withdraw=False))
+    r = led.observe(45, A, 102.0, False)
+    assert led.recalled is None and r.ident == 1 and r.speeds(30) == {A: pytest.approx(116.0)}
+
+
+def test_ledger_state_keeps_the_configuration_that_showed_the_change():
+    led = _spike(Ledger())
+    back = Ledger()
+    back.load_state_dict(json.loads(json.dumps(led.state_dict())))
+    assert back.state_dict() == led.state_dict()
+    r = back.observe(45, A, 102.0, False)  # a restored job withdraws it as the uninterrupted one does
+    assert back.recalled is r and r.ident == 0
+
+
 # ---------------------------------------------------------------- mover and verifier
 def test_mover_goes_to_the_fastest_measured_beyond_its_threshold():
     m = Mover(min_gain=0.02)
