@@ -232,14 +232,9 @@ register_tuner("autobyte-history-refuge", _with(_variant(history_dir=_HISTORY, h
 # stop 35: trials' gains shrunk to what the history's regimes measured beyond the start (history_spread)
 register_tuner("autobyte-history-spread", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, history_spread=True))
 # stop 36: a change seen on one check's speed is confirmed before a trial and withdrawn when the next measurement of
-# the configuration that showed it does not confirm it (confirm=True), and a candidate within 7% of a measured
-# configuration in both knobs counts as measured (same_within=0.1), both defaults; the tuners of stop 35 without them,
-# and each change alone:
-register_tuner("autobyte-stop35", _variant(confirm=False, same_within=0.0))
-register_tuner("autobyte-history-stop35", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, confirm=False,
-                                                   same_within=0.0))
-register_tuner("autobyte-confirm", _variant(same_within=0.0))
-register_tuner("autobyte-twins", _variant(confirm=False))
+# the configuration that showed it does not confirm it (confirm=True, default); the tuners of stop 35 without it:
+register_tuner("autobyte-stop35", _variant(confirm=False))
+register_tuner("autobyte-history-stop35", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, confirm=False))
 
 
 def _history_pick(space: Any, initial: Any) -> Any:

@@ -765,14 +765,6 @@ class Explorer:
         gain_floor: the improvement (log units) a trial must find before it
             counts: the mover's ``min_gain``, under which a faster measurement
             moves nothing (0, default: every improvement counts).
-        same_within: a candidate this close to a measured configuration in
-            both knobs (powers of two; 0.1 is about 7%) counts as measured:
-            ByteScheduler's default, <3.8147 MiB, 4X>, and the grid's <4 MiB,
-            4X> are one configuration to within the noise of a window, yet a
-            network that predicts one 3-9% faster than the other measured
-            spent a trial on it in 4 of 6 real runs of a steady scenario
-            (docs/benchmarks.md 7.19) and moved between the two 8 times on
-            the H100 (8.5). 0: only the configuration itself.
         within_phase: a trial starts only when it can end before the
             conditions are expected to change (``left``, the iterations this
             occurrence of the regime is expected to last, at least
@@ -787,9 +779,8 @@ class Explorer:
     def __init__(self, trial_iters: int = 12, widen: float = 0.25, max_distance: float = 3.0, max_sigma: float = 0.25,
                  max_misses: int = 3, abort_margin: float | None = None, abort_iters: int = 7,
                  near_best: float | None = None, min_predicted_gain: float | None = None, time_units: bool = False,
-                 within_phase: bool = False, gain_floor: float = 0.0, same_within: float = 0.0) -> None:
+                 within_phase: bool = False, gain_floor: float = 0.0) -> None:
         self.time_units = bool(time_units)
-        self.same_within = _check_range("same_within", same_within, 0.0, 1.0)
         self.gain_floor = _check_range("gain_floor", gain_floor, 0.0, 1.0)
         self.within_phase = bool(within_phase)
         self._gain, self._below = (_time_gain, _below) if self.time_units else (_log_gain, _log_below)
@@ -876,10 +867,6 @@ class Explorer:
             done |= same
         lp, lc = np.log2(cands[:, :1]), np.log2(cands[:, 1:])
         dist = np.min(np.maximum(np.abs(lp - np.log2(known[:, 0])[None, :]), np.abs(lc - np.log2(known[:, 1])[None, :])), axis=1)
-        if self.same_within > 0:  # a twin of a measured configuration is measured (distances from every measured one)
-            every = np.array([[c.partition_bytes, c.credit_bytes] for c in [*measured, current]], dtype=np.float64)
-            twin = np.min(np.maximum(np.abs(lp - np.log2(every[:, 0])[None, :]), np.abs(lc - np.log2(every[:, 1])[None, :])), axis=1)
-            done |= twin <= self.same_within + 1e-9
         free = ~done & (dist <= self.max_distance + 1e-9)
         if equivalence is not None and free.any():
             # one trial per schedule: the class's member nearest to what was measured

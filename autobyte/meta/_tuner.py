@@ -472,10 +472,6 @@ class AutoByteTuner(Tuner):
             surprise as the predictor's (as a window would); without it a
             change seen after that check could be taken to account for the
             surprise and move the measurement to the new conditions (True).
-        same_within: a candidate within this many powers of two of a
-            configuration measured in this regime, in both knobs, counts as
-            measured and is not tried (:class:`Explorer`'s ``same_within``;
-            0.1, about 7%: ByteScheduler's default and <4 MiB, 4X>).
         confirm: a change of conditions seen on one check's speed (the
             detector's speed or link-rate rule) is confirmed before it is
             explored: no trial starts at the check that showed it, and when
@@ -544,7 +540,6 @@ class AutoByteTuner(Tuner):
         history_veto: bool = True,
         history_spread: bool = False,
         confirm: bool = True,
-        same_within: float = 0.1,
     ) -> None:
         if settle not in SETTLE_MODES:
             raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
@@ -573,7 +568,7 @@ class AutoByteTuner(Tuner):
         self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
                                  abort_iters=min(7, trial_iters), near_best=near_best,
                                  min_predicted_gain=min_predicted_gain, time_units=time_units,
-                                 within_phase=within_phase, same_within=same_within,
+                                 within_phase=within_phase,
                                  gain_floor=0.0 if shrink is None else math.log1p(min_gain))
         self.shrink = None if shrink is None else _check_range("shrink", shrink, SPREAD_FLOOR, 10.0)
         self.history = None if history_dir is None else JobHistory(history_dir, write=history_write, min_gain=min_gain)

@@ -320,22 +320,6 @@ def test_equivalence_classes_candidates_by_schedule():
     assert list(off.ids) == [0, 1, 2, 3, 4]
 
 
-def test_explorer_counts_a_twin_of_a_measured_configuration_as_measured():
-    # ByteScheduler's default (outside the power-of-two space) ran; the space's <4 MiB, 4X> is within 7% of it in both
-    # knobs, and a network predicts it 30% faster: with same_within it is not tried (the next candidate is)
-    default = Config(4_000_000, 16_000_000)
-    twin, other = Config(4 * MiB, 16 * MiB), Config(8 * MiB, 16 * MiB)
-    space = SearchSpace([twin, other])
-
-    def explore(**kw):
-        return Explorer(**kw).propose(space, space.to_array(), np.asarray([130.0, 110.0]), {default: 100.0}, default,
-                                      100.0, 0.05, 200.0, None)
-
-    assert explore()[0] == twin  # by default only the configuration itself counts as measured
-    assert explore(same_within=0.1)[0] == other
-    assert explore(same_within=0.05)[0] == twin  # log2(4 MiB / 4 MB) = 0.069: not that close
-
-
 def test_explorer_does_not_try_what_was_measured_under_another_name():
     eq = Equivalence(ESPACE)
     eq.update(SMALL)
@@ -407,7 +391,7 @@ def test_scorer_rejects_a_bad_calibration(fresh_net, kw):
 
 
 @pytest.mark.parametrize("kw", [{"trial_iters": 0}, {"widen": -1}, {"max_distance": float("nan")}, {"max_misses": 0},
-                                {"abort_margin": 0.0}, {"abort_iters": 13}, {"same_within": -0.1}])
+                                {"abort_margin": 0.0}, {"abort_iters": 13}])
 def test_explorer_rejects_bad_arguments(kw):
     with pytest.raises(ValueError, match=rf"{next(iter(kw))} must be a number in"):
         Explorer(**kw)
