@@ -342,7 +342,7 @@ def _suites() -> dict[str, Suite]:
     )
     # conditions that never change (added in stop 36, held out: written before any run of it): nothing to adapt to, so
     # a tuner can at best find the best static configuration, paying for its trials, and every change of conditions it
-    # reads from noise costs what it sets off (on the H100, single checks 12-14% off their level started regimes
+    # reads from noise costs what it sets off (on the H100, single checks 11-14% off their level started regimes
     # whose trials cost up to 3.4% of a run, docs/benchmarks.md 8.5)
     steady = (
         Scenario("heldout-steady-cnn", "cnn", (Phase(150, Condition(800)),), "heldout", 16,

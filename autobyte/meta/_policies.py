@@ -345,7 +345,7 @@ class Ledger:
     when that same configuration, measured again while the new regime is
     young, runs within ``match`` of its speed in the regime left: the one
     check that showed the change was a transient (a GPU's 5-iteration checks
-    ran 12-14% off their level and back at the next, under unchanged
+    ran 11-14% off their level and back at the next, under unchanged
     conditions), so it is dropped and the regime left goes on.
     Measurements of a configuration are averaged over its last
     windows (at most ``memory``, so slow drift is followed) and forgotten after
@@ -364,11 +364,12 @@ class Ledger:
         young_windows: windows of a new regime during which it may still turn
             out to be a past one (3).
         withdraw: undo a change that the configuration whose speed showed it
-            does not confirm (see above; True).
+            does not confirm (see above; False: :class:`AutoByteTuner
+            <autobyte.meta.AutoByteTuner>`'s ``confirm``, off by default).
     """
 
     def __init__(self, *, match: float = 0.08, memory: int = 3, stale_windows: int = 30, max_regimes: int = 16,
-                 default_horizon: int = 200, recall: bool = True, young_windows: int = 3, withdraw: bool = True) -> None:
+                 default_horizon: int = 200, recall: bool = True, young_windows: int = 3, withdraw: bool = False) -> None:
         self.match = _check_range("match", match, 1e-3, 1.0)
         self.memory = int(_check_range("memory", memory, 1, 100))
         self.stale_windows = int(_check_range("stale_windows", stale_windows, 1, 1e6))

@@ -271,17 +271,17 @@ def _run_with_a_change_at(t: AutoByteTuner, at: int, factor: float = 1.0, n: int
 
 
 def test_confirm_starts_no_trial_at_the_check_that_showed_a_change(fresh_net):
-    plain = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False, confirm=False), 3)
+    plain = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False), 3)  # the default: off
     assert plain[3][1] is not None and plain[3][1].startswith("explore")  # without: a trial on that one check
     fresh_net.reset_head()
-    confirmed = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False), 3)
+    confirmed = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False, confirm=True), 3)
     assert confirmed[:3] == plain[:3]  # the same job up to the change
     assert confirmed[3][1] is None  # the change is measured once more first ...
     assert confirmed[4][0] == confirmed[3][0] and confirmed[4][1] is not None and confirmed[4][1].startswith("explore")  # ... then tried
 
 
 def test_confirm_withdraws_a_change_the_next_window_does_not_show(fresh_net):
-    t = AutoByteTuner(fresh_net, background=False)
+    t = AutoByteTuner(fresh_net, background=False, confirm=True)
     out = _run_with_a_change_at(t, 3, factor=1.3, n=5)  # one window 30% fast, then as before
     assert out[3][1] is None and out[4][0] == out[3][0]  # nothing tried on the fast check
     assert [r.ident for r in t.ledger.regimes] == [0] and t.ledger.current.durations == []  # the regime went on

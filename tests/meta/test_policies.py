@@ -118,7 +118,7 @@ def _spike(led):
 
 
 def test_ledger_withdraws_a_change_the_configuration_that_showed_it_does_not_confirm():
-    led = _spike(Ledger())
+    led = _spike(Ledger(withdraw=True))
     r = led.observe(45, A, 102.0, False)  # A runs as it ran before the change: that check was a transient
     assert led.recalled is r and r.ident == 0 and led.current is r
     assert [g.ident for g in led.regimes] == [0]  # the young regime is gone
@@ -129,7 +129,7 @@ def test_ledger_withdraws_a_change_the_configuration_that_showed_it_does_not_con
 
 
 def test_ledger_keeps_a_change_another_configuration_cannot_withdraw():
-    led = _spike(Ledger())
+    led = _spike(Ledger(withdraw=True))
     r = led.observe(45, B, 91.0, False)  # B as before, but the change was seen on A's own speed
     assert led.recalled is None and r.ident == 1
     r = led.observe(55, A, 131.0, False)  # A confirms it: the new conditions stay
@@ -137,14 +137,14 @@ def test_ledger_keeps_a_change_another_configuration_cannot_withdraw():
 
 
 def test_ledger_without_withdraw_keeps_an_unconfirmed_change():
-    led = _spike(Ledger(withdraw=False))
+    led = _spike(Ledger())  # the default: off
     r = led.observe(45, A, 102.0, False)
     assert led.recalled is None and r.ident == 1 and r.speeds(30) == {A: pytest.approx(116.0)}
 
 
 def test_ledger_state_keeps_the_configuration_that_showed_the_change():
-    led = _spike(Ledger())
-    back = Ledger()
+    led = _spike(Ledger(withdraw=True))
+    back = Ledger(withdraw=True)
     back.load_state_dict(json.loads(json.dumps(led.state_dict())))
     assert back.state_dict() == led.state_dict()
     r = back.observe(45, A, 102.0, False)  # a restored job withdraws it as the uninterrupted one does
