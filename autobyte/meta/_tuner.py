@@ -483,8 +483,10 @@ class AutoByteTuner(Tuner):
             11-14% off their level and back 2-3 times per 150 iterations;
             each started a regime with one odd measurement as its reference,
             and trials there cost up to 3.4% of a 396-iteration run
-            (docs/benchmarks.md 8.5). A change shown by a step inside a check
-            (dropped as mixed) is confirmed by that step. Off by default
+            (docs/benchmarks.md 8.5). After a step inside a check (dropped as
+            mixed) the next, clean window is the confirmation: a trial may
+            start there, and the change is withdrawn when that window runs as
+            before the change. Off by default
             (False): on the CPU testbed, where such checks are rarer, it was
             level with the tuner without it (full suite -0.7 / +0.6 points,
             tuning / held out; the README scenario -0.9%; the steady suite
