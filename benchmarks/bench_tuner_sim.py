@@ -324,8 +324,8 @@ class _Timed(Tuner):
     """
 
     #: attributes the controller reads from a tuner, forwarded (before stop 29 they were not: a variant's
-    #: settle, refuge or rate_rise ran as the base class's defaults here; step_change since stop 35)
-    FORWARDED = ("settle", "refuge", "rate_rise", "step_change", "guarded")
+    #: settle, refuge or rate_rise ran as the base class's defaults here; step_change since stop 35, noise_z since 37)
+    FORWARDED = ("settle", "refuge", "rate_rise", "step_change", "noise_z", "guarded")
 
     def __init__(self, inner: Tuner) -> None:
         self.inner = inner
@@ -435,14 +435,18 @@ def _light(run: Any) -> dict[str, Any]:
     return {"sim_s": run.sim_s, "check_speeds": list(run.check_speeds), "changes": len(run.changes), "configs": [str(c) for c in run.configs]}
 
 
-def baselines(sc: Scenario, cands: Sequence[Config], space: SearchSpace, cache: Path | None) -> dict[str, Any]:
+def baselines(sc: Scenario, cands: Sequence[Config], space: SearchSpace, cache: Path | None,
+              host_noise: float = 0.0) -> dict[str, Any]:
     """The table of every candidate in every condition, the per-segment oracle's and the best
     static's choices, and the runs of the oracle, the best static and ByteScheduler's default.
-    None of it depends on the tuners, so it is cached (keyed by the scenario, the candidates
-    and the sources of the simulator and of ``run_tuner``)."""
+    None of it depends on the tuners, so it is cached (keyed by the scenario, the candidates,
+    ``host_noise`` and the sources of the simulator and of ``run_tuner``). The choices come from
+    the noiseless table (what each configuration does on average); the runs meet ``host_noise``
+    as the tuners' do."""
     path = None
     if cache is not None:
-        path = cache / f"{sc.seed[0]}-{sc.index}-{_scenario_hash(sc, cands)}-{_code_hash()}.json"
+        noise = f"-noise{host_noise:g}" if host_noise > 0 else ""
+        path = cache / f"{sc.seed[0]}-{sc.index}-{_scenario_hash(sc, cands)}-{_code_hash()}{noise}.json"
         if path.exists():
             try:
                 return dict(json.loads(path.read_text()), cached=True)
@@ -459,10 +463,11 @@ def baselines(sc: Scenario, cands: Sequence[Config], space: SearchSpace, cache: 
     runs = {
         # the per-segment oracle switches at each segment's first iteration (a multiple of CHECK)
         "oracle": run_tuner("oracle", None, start, sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check,
-                            check_config=lambda c: cands[seg_best[sc.segment_of_check(c)[2]]]),
-        "best_static": run_tuner("best_static", None, cands[hind], sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check),
+                            check_config=lambda c: cands[seg_best[sc.segment_of_check(c)[2]]], host_noise=host_noise),
+        "best_static": run_tuner("best_static", None, cands[hind], sc.model, phase0, n_windows, space, check_phase=sc.cluster_of_check,
+                                 host_noise=host_noise),
         "bytescheduler_default": run_tuner("bytescheduler_default", None, start, sc.model, phase0, n_windows, space,
-                                           check_phase=sc.cluster_of_check),
+                                           check_phase=sc.cluster_of_check, host_noise=host_noise),
     }
     samples = sc.n_iters * sc.model.batch_size * sc.n_workers
     out = {
@@ -482,18 +487,19 @@ def baselines(sc: Scenario, cands: Sequence[Config], space: SearchSpace, cache: 
 
 
 def run_scenario(sc: Scenario, tuners: Sequence[str], space: SearchSpace, network: Any, log: Callable[[str], None],
-                 cache: Path | None = None, adapt_time_s: float = ADAPT_TIME_S) -> dict[str, Any]:
+                 cache: Path | None = None, adapt_time_s: float = ADAPT_TIME_S, host_noise: float = 0.0) -> dict[str, Any]:
     start = BYTESCHEDULER_DEFAULT
     cands = list(space) + ([start] if start not in space else [])
     t0 = time.perf_counter()
-    base = baselines(sc, cands, space, cache)
+    base = baselines(sc, cands, space, cache, host_noise)
     runs: dict[str, dict[str, Any]] = dict(base["runs"])
     phase0 = lambda w: sc.conditions[sc.segments[0][2]]  # noqa: E731 (unused: check_phase gives every check's cluster)
     cpu: dict[str, list[float]] = {}
     adapt: dict[str, dict[str, float]] = {}
     for name in tuners:
         t = _Timed(build_tuner(name, sc.arch, network, adapt_time_s))
-        runs[name] = _light(run_tuner(name, t, start, sc.model, phase0, sc.n_iters // WINDOW, space, check_phase=sc.cluster_of_check))
+        runs[name] = _light(run_tuner(name, t, start, sc.model, phase0, sc.n_iters // WINDOW, space, check_phase=sc.cluster_of_check,
+                                      host_noise=host_noise))
         cpu[name] = t.cpu_s
         ad = getattr(t.inner, "adapter", None)
         if ad is not None and hasattr(ad, "n_runs"):
@@ -616,6 +622,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--adapt-time-s", type=float, default=ADAPT_TIME_S,
                     help=f"wall-clock budget of one online adaptation, for tuners that take adapt_time_s (default {ADAPT_TIME_S:g}: "
                          "the epoch cap binds, not the machine's load; 1.0 is the product's default)")
+    ap.add_argument("--host-noise", type=float, default=0.0,
+                    help="log-sigma of a slowdown of every iteration, links and compute alike, the same for every method "
+                         "(autobyte.meta._evaluate.host_slowdowns; default 0: none; 0.12: checks scatter as the H100's)")
     a = ap.parse_args(argv)
     try:
         import_tuners([m.strip() for m in (a.imports or "").split(",") if m.strip()])
@@ -645,6 +654,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         a.only_idx = list(range(n))
     if not (a.adapt_time_s > 0 and np.isfinite(a.adapt_time_s)):
         _fail(f"--adapt-time-s must be a positive number of seconds, but got {a.adapt_time_s!r}")
+    if not (0.0 <= a.host_noise <= 1.0):
+        _fail(f"--host-noise must be a log-sigma in [0, 1], but got {a.host_noise!r}")
     if a.weights is not None and not Path(a.weights).is_file():
         _fail(f"--weights: no such file {a.weights!r}")
     return a
@@ -665,14 +676,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         cache = None if a.no_cache else Path(a.cache)
         rows = [run_scenario(make_scenario(set_name, i), a.tuner_list, space, network, lambda s: print(s, file=sys.stderr, flush=True), cache,
-                             a.adapt_time_s)
+                             a.adapt_time_s, a.host_noise)
                 for i in a.only_idx]
         methods = list(a.tuner_list) + ["oracle", "best_static", "bytescheduler_default"]
         summ = summarise(rows, methods)
         md = markdown(set_name, rows, summ, a.tuner_list, command.strip())
         print("\n" + md + f"\n\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         results[set_name] = {"command": command.strip(), "set": set_name, "space": f"SearchSpace.default() ({len(space)} configs)",
-                             "tuners": a.tuner_list, "rows": rows, "summary": summ, "wall_s": time.perf_counter() - t0}
+                             "tuners": a.tuner_list, "host_noise": a.host_noise, "rows": rows, "summary": summ,
+                             "wall_s": time.perf_counter() - t0}
         if a.out:
             out = Path(a.out)
             out.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,30 @@ def within_step(times: Sequence[float], min_side: int = 2) -> float:
     return best
 
 
+#: pairs a job's scatter is read from before :class:`RegimeDetector`'s ``noise_z`` raises its threshold
+PAIR_MIN = 6
+#: the most recent pairs the scatter is read from (older ones forgotten: a host's noise can change)
+PAIR_MEMORY = 32
+#: the highest threshold ``noise_z`` raises the speed rule's to (relative speed change): a change of conditions
+#: that moves speed by more is seen on any host
+NOISE_CAP = 0.5
+
+
+def pair_scatter(gaps: Sequence[float]) -> float:
+    """The scatter of a log speed ratio between two measurements of one configuration, from past ones' ``gaps``.
+
+    ``gaps`` are ``|log(speed / speed before)|``; the result is their median
+    times 1.4826, the standard deviation of a normal spread with that median
+    absolute value. The median reads a change of conditions among the pairs
+    as the outlier it is. ``0.0`` for no gaps.
+    """
+    g = sorted(abs(float(x)) for x in gaps)
+    if not g:
+        return 0.0
+    mid = len(g) // 2
+    return 1.4826 * (g[mid] if len(g) % 2 else 0.5 * (g[mid - 1] + g[mid]))
+
+
 class RegimeDetector:
     """Conditions changed when a configuration's speed moved by more than ``threshold`` since its last measurement.
 
@@ -98,6 +122,20 @@ class RegimeDetector:
     across a change did (``benchmarks/step_rule_calibration.py``;
     docs/benchmarks.md 7.17).
 
+    With ``noise_z``, the speed rule's threshold follows the job's own
+    noise: every pair of measurements of one configuration that showed no
+    change (in any regime) leaves its gap ``|log(speed / before)|``; once
+    :data:`PAIR_MIN` pairs are in, the threshold is ``noise_z`` times their
+    scatter (:func:`pair_scatter` over the last :data:`PAIR_MEMORY`) where
+    that exceeds ``threshold``, and :data:`NOISE_CAP` at most. The pairs
+    that showed a change are left out (a real change is no noise), so the
+    threshold grows only from gaps that stayed under it. A host
+    whose checks of one configuration scatter by a few percent keeps
+    ``threshold``; one whose checks scatter as the H100's of
+    docs/benchmarks.md 8.5 (2 ranks on one GPU: 13 of 77 pairs of the
+    default's checks more than 15% apart, nothing changed) stops reading its
+    noise as changes (``benchmarks/speed_rule_calibration.py``).
+
     Args:
         threshold: relative speed change of one configuration that counts as a
             change of conditions (0.15: above what a window's noise does on a
@@ -107,21 +145,26 @@ class RegimeDetector:
             faster link (see above); ``None`` (default): not read.
         step_change: relative step of iteration time inside one measurement
             that shows a change inside it (see above; 0.5); ``None``: not read.
+        noise_z: the speed rule's threshold at least this many scatters of
+            the job's pairs (see above); ``None`` (default): ``threshold`` only.
 
     Raises:
         ValueError: ``threshold`` not in (0, 10), ``settle`` not a bool,
             ``rate_rise`` not ``None`` nor in (0, 100), or ``step_change``
-            not ``None`` nor in (0, 100).
+            not ``None`` nor in (0, 100), or ``noise_z`` not ``None`` nor in (0, 100).
     """
 
     def __init__(self, threshold: float = 0.15, settle: bool = False, rate_rise: float | None = None,
-                 step_change: float | None = 0.5) -> None:
+                 step_change: float | None = 0.5, noise_z: float | None = None) -> None:
         self.threshold = check_fraction("threshold", threshold, 10.0)
         if not isinstance(settle, bool):
             raise ValueError(f"settle must be True or False, but got settle={settle!r}.")
         self.settle = settle
         self.rate_rise = check_fraction("rate_rise", rate_rise, 100.0, optional=True)
         self.step_change = check_fraction("step_change", step_change, 100.0, optional=True)
+        self.noise_z = check_fraction("noise_z", noise_z, 100.0, optional=True)
+        #: the last :data:`PAIR_MEMORY` gaps between two measurements of one configuration (with ``noise_z``)
+        self.gaps: deque[float] = deque(maxlen=PAIR_MEMORY)
         #: last measured speed of each configuration in the current regime
         self.last: dict[Config, float] = {}
         #: highest link rate each configuration achieved in the current regime (with ``rate_rise``)
@@ -156,10 +199,13 @@ class RegimeDetector:
             self.rates = {} if rate is None else {config: rate}
             return True
         before = self.last.get(config)
-        by_speed = before is not None and abs(math.log(speed / before)) > math.log1p(self.threshold)
+        gap = abs(math.log(speed / before)) if before is not None else None
+        by_speed = gap is not None and gap > self.speed_threshold()
         by_step = self.step_change is not None and abs(step) > math.log1p(self.step_change)
         by_rate = not by_speed and self._rate_rose(config, rate)
         changed = by_speed or by_rate or by_step
+        if gap is not None and not changed and self.noise_z is not None:
+            self.gaps.append(gap)  # a pair that showed a change says nothing about the noise
         if changed:
             self.rule = "step" if by_step else "speed" if by_speed else "rate"  # a step says the measurement is mixed
             self.last = {}
@@ -172,9 +218,17 @@ class RegimeDetector:
             self.rates[config] = max(rate, self.rates.get(config, 0.0))
         return changed
 
+    def speed_threshold(self) -> float:
+        """The speed rule's threshold now, in log units: ``log(1 + threshold)``, or ``noise_z`` scatters of the
+        job's pairs where that is larger (see the class)."""
+        thr = math.log1p(self.threshold)
+        if self.noise_z is not None and len(self.gaps) >= PAIR_MIN:
+            thr = max(thr, min(math.log1p(NOISE_CAP), self.noise_z * pair_scatter(self.gaps)))
+        return thr
+
     def state_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "settle": self.settle, "step_change": self.step_change,
-                "settling": self.settling, "rule": self.rule,
+                "noise_z": self.noise_z, "gaps": list(self.gaps), "settling": self.settling, "rule": self.rule,
                 "last": [_cfg(c) + [v] for c, v in self.last.items()],
                 "rates": [_cfg(c) + [v] for c, v in self.rates.items()]}
 
@@ -183,6 +237,8 @@ class RegimeDetector:
             self.last = {Config(int(p), int(c)): float(v) for p, c, v in state["last"]}
         if "rates" in state:
             self.rates = {Config(int(p), int(c)): float(v) for p, c, v in state["rates"]}
+        if "gaps" in state:
+            self.gaps = deque((float(x) for x in state["gaps"]), maxlen=PAIR_MEMORY)
         self.settling = bool(state.get("settling", False))
         rule = state.get("rule", self.rule)
         self.rule = None if rule is None else str(rule)

@@ -117,6 +117,10 @@ class Tuner(abc.ABC):
     #: regimes, so it is dropped as with ``settle`` and the tuner told at once, with ``Observation.mixed``
     #: set (at the next check for ``settle = True``); 0.5 (since stop 34); ``None``: not read
     step_change: float | None = 0.5
+    #: the detector's speed threshold at least this many scatters of the job's own pairs of measurements of one
+    #: configuration (:class:`~autobyte.core.regime.RegimeDetector` ``noise_z``): a host whose checks scatter
+    #: widely does not read its noise as changes of conditions; ``None`` (default): the fixed threshold only
+    noise_z: float | None = None
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""
@@ -241,8 +245,8 @@ class Controller:
     Raises:
         ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
             ``regime_change``, ``world_size``, ``harm_budget`` or
-            ``harm_span`` out of range, the tuner's ``rate_rise`` or
-            ``step_change`` out of range, or the tuner's ``settle`` not
+            ``harm_span`` out of range, the tuner's ``rate_rise``,
+            ``step_change`` or ``noise_z`` out of range, or the tuner's ``settle`` not
             False, True or ``"notify"``.
     """
 
@@ -287,7 +291,8 @@ class Controller:
         #: on the mixed check (every change for ``settle = "notify"``, one that stepped inside a check otherwise)
         self.wait_mixed = settle is True
         self.detector = RegimeDetector(rc, settle=bool(settle), rate_rise=getattr(self.tuner, "rate_rise", None),
-                                       step_change=getattr(self.tuner, "step_change", None)) if rc is not None else None
+                                       step_change=getattr(self.tuner, "step_change", None),
+                                       noise_z=getattr(self.tuner, "noise_z", None)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span,
                                                                       refuge=getattr(self.tuner, "refuge", False))

@@ -54,15 +54,36 @@ class Run:
         return float(np.mean(self.speeds))
 
 
-def _sim(model: Any, cluster: Any, cfg: Config, seed: int, n_iters: int = WINDOW) -> Any:
+def _sim(model: Any, cluster: Any, cfg: Config, seed: int, n_iters: int = WINDOW, slow: np.ndarray | None = None) -> Any:
     from autobyte import sim
 
-    return sim.simulate(model, cluster, cfg, n_iters=n_iters, seed=seed)
+    traces: list[sim.BandwidthTrace | sim.ComputeTrace] | None = None
+    if slow is not None:  # iteration i of the check runs slow[i] times slower: every link and every worker's compute
+        starts = list(range(len(slow)))
+        f = np.asarray(slow, dtype=float)[:, None]
+        n = cluster.n_workers
+        up = np.broadcast_to(np.asarray(cluster.bw_up_Bps, dtype=float), (n,))[None, :] / f
+        down = np.broadcast_to(np.asarray(cluster.bw_down_Bps, dtype=float), (n,))[None, :] / f
+        traces = [sim.BandwidthTrace(starts, up, down), sim.ComputeTrace(starts, f[:, 0])]
+    return sim.simulate(model, cluster, cfg, n_iters=n_iters, seed=seed, traces=traces)
+
+
+def host_slowdowns(check: int, n_iters: int, sigma: float) -> np.ndarray | None:
+    """The host's slowdown of each iteration of check ``check`` (``None`` for ``sigma`` 0).
+
+    Log-normal with mean 1 and log-sigma ``sigma``, drawn from the check's
+    index alone: every method run over a scenario meets the same host, so a
+    difference between them is theirs, not the noise's.
+    """
+    if sigma <= 0:
+        return None
+    rng = np.random.default_rng([9173, check])
+    return rng.lognormal(-sigma * sigma / 2, sigma, size=n_iters)
 
 
 def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Config], model: Any, phase: Callable[[int], Any],
               n_windows: int, space: SearchSpace = EVAL_SPACE, *, check_phase: Callable[[int], Any] | None = None,
-              check_config: Callable[[int], Config] | None = None) -> Run:
+              check_config: Callable[[int], Config] | None = None, host_noise: float = 0.0) -> Run:
     """Simulate ``n_windows`` windows, ``CHECK`` iterations at a time, as an engine runs.
 
     ``phase(w)`` gives the Cluster of window ``w``. With a tuner, the
@@ -76,6 +97,11 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
     for conditions that change at any multiple of ``CHECK`` iterations;
     without a tuner, ``check_config(c)``, if given, is the configuration of
     check ``c`` (a schedule switching at any check, e.g. a per-segment oracle).
+    ``host_noise`` (log-sigma, 0: none) slows each iteration down by a factor
+    of its own (:func:`host_slowdowns`), links and compute alike: a host whose
+    checks of one configuration scatter as a shared GPU's do (0.12: 5-iteration
+    checks scatter by 6% of log speed and 17% of consecutive ones lie more
+    than 15% apart, as the H100's in docs/benchmarks.md 8.5: 5.5%, 13 of 77).
     """
     run = Run(name)
     coord = None
@@ -94,7 +120,8 @@ def run_tuner(name: str, tuner: Tuner | None, start: Config | Callable[[int], Co
     n_checks = n_windows * WINDOW // CHECK
     for c in range(n_checks):
         w = c * CHECK // WINDOW
-        res = _sim(model, phase(w) if check_phase is None else check_phase(c), cur, seed=1000 + c, n_iters=CHECK)
+        res = _sim(model, phase(w) if check_phase is None else check_phase(c), cur, seed=1000 + c, n_iters=CHECK,
+                   slow=host_slowdowns(c, CHECK, host_noise))
         run.check_speeds.append(res.samples_per_s)
         samples += res.samples_per_s * float(np.sum(res.iter_time_s))
         time_s += float(np.sum(res.iter_time_s))

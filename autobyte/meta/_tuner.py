@@ -431,6 +431,13 @@ class AutoByteTuner(Tuner):
             once (``Observation.mixed``; :meth:`_mixed`): a trial or a probe
             across a change is not filed as a measurement of either (0.5,
             default since stop 34; docs/benchmarks.md 7.17); ``None``: not read.
+        noise_z: the controller's detector takes a configuration's speed
+            moved by more than this many scatters of the job's own pairs of
+            measurements of one configuration as a change, where that is more
+            than its 15% (:class:`~autobyte.core.regime.RegimeDetector`
+            ``noise_z``; at most 50%): a host whose checks scatter widely
+            does not start a regime, with its trials, at every odd check
+            (None: the fixed threshold only).
         shrink: the explorer values a trial by what trials won on this job:
             each predicted gain shrunk to the scale of the improvements this
             job's trials found (:meth:`Payoff.spread
@@ -541,6 +548,7 @@ class AutoByteTuner(Tuner):
         settle: bool | str = False,
         rate_rise: float | None = 0.5,
         step_change: float | None = 0.5,
+        noise_z: float | None = None,
         shrink: float | None = 0.05,
         history_dir: str | os.PathLike[str] | None = None,
         history_write: bool = True,
@@ -554,6 +562,7 @@ class AutoByteTuner(Tuner):
         self.settle = settle
         self.rate_rise = check_fraction("rate_rise", rate_rise, 100.0, optional=True)
         self.step_change = check_fraction("step_change", step_change, 100.0, optional=True)
+        self.noise_z = check_fraction("noise_z", noise_z, 100.0, optional=True)
         if predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
         self.predictor = predictor

@@ -406,3 +406,84 @@ def test_detector_step_rule_drops_the_mixed_measurement_and_starts_the_regime_at
     assert not off.observe(A, 101.0, step=math.log(3.0)) and not off.settling
     with pytest.raises(ValueError, match=r"step_change must be None or a number in \(0, 100\), but got step_change=-1"):
         RegimeDetector(0.15, step_change=-1)
+
+
+# ------------------------------------------------------------ noise_z: the speed threshold follows the job's noise
+def test_pair_scatter_is_the_normal_spread_of_the_median_gap():
+    from autobyte.core.regime import pair_scatter
+
+    assert pair_scatter([]) == 0.0
+    assert pair_scatter([0.1, -0.3, 0.2]) == pytest.approx(1.4826 * 0.2)  # gaps read as magnitudes
+    assert pair_scatter([0.1, 0.2, 0.3, 5.0]) == pytest.approx(1.4826 * 0.25)  # one change among them moves it little
+
+
+def _noisy(d, speeds):
+    """Feed ``A`` at each of ``speeds``; the indices where the detector saw a change."""
+    return [i for i, s in enumerate(speeds) if d.observe(A, s)]
+
+
+def test_noise_z_raises_the_threshold_to_the_jobs_own_scatter_and_no_higher_than_the_cap():
+    from autobyte.core.regime import NOISE_CAP, PAIR_MIN
+
+    # checks of one configuration 8-13% apart, nothing changed, then one 22% off and then a halving
+    speeds = [100.0, 108.0, 97.0, 109.0, 96.0, 108.0, 99.0, 110.0, 100.0] + [122.0, 100.0] + [50.0]
+    fixed = RegimeDetector(0.15)
+    assert _noisy(fixed, speeds) == [9, 10, 11]  # the 22% check, the one after it (its pair), the halving
+    assert len(fixed.gaps) == 0  # without noise_z no pair is kept
+    assert fixed.speed_threshold() == pytest.approx(math.log1p(0.15))
+    d = RegimeDetector(0.15, noise_z=3.0)
+    assert _noisy(d, speeds) == [11]  # the odd check reads as noise there; the halving is still a change
+    assert len(d.gaps) >= PAIR_MIN and max(d.gaps) < math.log(1.25)  # the halving's pair is not kept as noise
+    assert math.log1p(0.15) < d.speed_threshold() <= math.log1p(NOISE_CAP)
+    # a quiet host keeps the fixed threshold
+    quiet = RegimeDetector(0.15, noise_z=3.0)
+    assert _noisy(quiet, [100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 101.0, 100.0, 120.0]) == [8]
+    assert quiet.speed_threshold() == pytest.approx(math.log1p(0.15))
+
+
+def test_noise_z_needs_pair_min_pairs_and_caps_the_threshold():
+    from autobyte.core.regime import NOISE_CAP, PAIR_MIN
+
+    d = RegimeDetector(0.15, noise_z=3.0)
+    for s in [100.0, 110.0][: 2] * 3:  # 5 pairs of 10%: not yet enough to read a scatter
+        d.observe(A, s)
+    assert len(d.gaps) == PAIR_MIN - 1 and d.speed_threshold() == pytest.approx(math.log1p(0.15))
+    d.observe(A, 100.0)
+    assert len(d.gaps) == PAIR_MIN and d.speed_threshold() == pytest.approx(math.log1p(NOISE_CAP))  # 3 x 0.14 > cap
+    assert d.observe(A, 100.0 * (1 + NOISE_CAP) * 1.01)  # past the cap: a change on any host
+
+
+def test_noise_z_pairs_live_across_regimes_and_in_the_state():
+    d = RegimeDetector(0.15, noise_z=3.0)
+    _noisy(d, [100.0, 108.0, 97.0, 109.0, 96.0, 108.0, 99.0])
+    assert d.observe(A, 40.0)  # a change: the pairs stay, the references go
+    assert d.last == {A: 40.0} and len(d.gaps) == 6
+    e = RegimeDetector(0.15, noise_z=3.0)
+    e.load_state_dict(json.loads(json.dumps(d.state_dict())))
+    assert list(e.gaps) == pytest.approx(list(d.gaps)) and e.speed_threshold() == pytest.approx(d.speed_threshold())
+    assert d.state_dict()["noise_z"] == 3.0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 100, float("nan"), True, "3"])
+def test_detector_rejects_a_bad_noise_z(bad):
+    with pytest.raises(ValueError, match=r"noise_z must be None or a number in \(0, 100\), but got noise_z="):
+        RegimeDetector(0.15, noise_z=bad)
+
+
+def test_the_controller_reads_noise_z_from_its_tuner():
+    class _Still(Tuner):
+        name = "still"
+        noise_z = 3.0
+
+        def observe(self, obs):
+            return None
+
+    assert Tuner.noise_z is None
+    def ctl(tuner):
+        return Controller(tuner, SPACE, A, "ps", MODEL.layer_bytes)
+
+    assert ctl(make_tuner("static")).detector.noise_z is None
+    assert ctl(_Still()).detector.noise_z == 3.0
+    _Still.noise_z = -1.0
+    with pytest.raises(ValueError, match=r"noise_z must be None or a number in \(0, 100\), but got noise_z=-1.0"):
+        ctl(_Still())

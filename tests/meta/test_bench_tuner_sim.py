@@ -83,6 +83,34 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
         assert again["throughput"][k] == thr[k]
 
 
+def test_host_noise_scatters_every_methods_checks_alike(bench, tmp_path):
+    import numpy as np
+
+    from autobyte.meta._evaluate import host_slowdowns
+
+    a, b = host_slowdowns(3, CHECK, 0.12), host_slowdowns(3, CHECK, 0.12)
+    assert a is not None and b is not None and a.tolist() == b.tolist()  # a function of the check alone
+    assert host_slowdowns(3, CHECK, 0.0) is None and host_slowdowns(4, CHECK, 0.12).tolist() != a.tolist()
+    argv = ["--set", "tune", "--only", "2", "--tuners", "static", "--cache", str(tmp_path / "c")]
+    quiet = bench.main(argv)["tune"]["rows"][0]
+    noisy = bench.main(argv + ["--host-noise", "0.12"])["tune"]["rows"][0]
+    assert not noisy["baselines_cached"]  # the noise is part of the baselines' key
+    # static through the controller meets the same host as ByteScheduler's default: the same run, exactly
+    assert noisy["throughput"]["static"] == noisy["throughput"]["bytescheduler_default"]
+    # the same time on average: the slowdowns have mean 1 (within the noise of one run's 200-odd iterations)
+    assert noisy["throughput"]["bytescheduler_default"] == pytest.approx(quiet["throughput"]["bytescheduler_default"], rel=0.03)
+    sc, space = bench.make_scenario("tune", 2), bench.SearchSpace.default()
+    cands = list(space) + ([bench.BYTESCHEDULER_DEFAULT] if bench.BYTESCHEDULER_DEFAULT not in space else [])
+
+    def scatter(noise):  # of consecutive checks of the default inside the first segment (from the cache)
+        base = bench.baselines(sc, cands, space, tmp_path / "c", noise)
+        assert base["cached"]
+        speeds = base["runs"]["bytescheduler_default"]["check_speeds"][: sc.segments[0][1] // CHECK]
+        return float(np.std(np.diff(np.log(speeds))))
+
+    assert scatter(0.0) < 0.01 < 0.05 < scatter(0.12) < 0.15  # the H100's default's checks: 0.078 (5.5% each)
+
+
 def test_a_tuner_registered_by_an_imported_module_is_accepted(bench, tmp_path, monkeypatch):
     # --import runs a module's register_tuner before the names are checked (no simulation here)
     (tmp_path / "my_policy_xyz.py").write_text(
@@ -109,6 +137,8 @@ def test_a_tuner_registered_by_an_imported_module_is_accepted(bench, tmp_path, m
     (["--frobnicate"], "unrecognized"),
     (["--import", "no_such_module_xyz"], "--import"),
     (["--adapt-time-s", "0"], "--adapt-time-s"),
+    (["--host-noise", "-0.1"], "--host-noise"),
+    (["--host-noise", "nan"], "--host-noise"),
 ])
 def test_bad_arguments_give_a_one_line_error(bench, capsys, argv, needle):
     with pytest.raises(SystemExit) as e:

@@ -1034,6 +1034,18 @@ def test_autobyte_reads_the_link_rate_by_default_and_takes_settle_and_rate_rise(
         AutoByteTuner(fresh_net, background=False, rate_rise=0)
 
 
+def test_autobyte_hands_its_noise_z_to_the_controllers_detector(fresh_net):
+    from autobyte.core.tuning import Controller
+
+    t = AutoByteTuner(fresh_net, background=False, noise_z=3.0)
+    c = Controller(t, GRID, GRID[4], "ps", list(MODEL.layer_bytes))
+    assert c.detector is not None and c.detector.noise_z == 3.0
+    off = Controller(AutoByteTuner(fresh_net, background=False, noise_z=None), GRID, GRID[4], "ps", list(MODEL.layer_bytes))
+    assert off.detector is not None and off.detector.noise_z is None
+    with pytest.raises(ValueError, match=r"noise_z must be None or a number in \(0, 100\), but got noise_z=0"):
+        AutoByteTuner(fresh_net, background=False, noise_z=0)
+
+
 # ---------------------------------------------------------------- trials valued on the job's own landscape (shrink)
 def test_payoff_spread_is_the_scale_of_what_trials_found():
     p = Payoff()

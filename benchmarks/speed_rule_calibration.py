@@ -1,0 +1,132 @@
+"""How the detector's speed rule reads real runs: a fixed threshold against one scaled to the job's own noise.
+
+The speed rule (``core.regime.RegimeDetector``) calls a change of conditions when a configuration measured
+again runs more than ``threshold`` (15%) away from its last measurement. How far two checks of one
+configuration in one condition lie apart depends on the host: on the CPU testbed a few percent, on the H100
+of docs/benchmarks.md 8.5 far more (2 ranks sharing one GPU). This script cuts real runs into checks of
+``--check`` iterations, pairs each check with the last one of the same configuration (as the detector does) and
+counts, for the fixed threshold and for ``noise_z`` values (the threshold raised to ``z`` times the run's own
+pair scatter, estimated online from the pairs before, :func:`autobyte.core.regime.pair_scatter`):
+
+* *false alarms*: pairs whose checks ran in one condition and lie beyond the threshold;
+* *changes seen*: pairs whose checks ran in different conditions (a real change between them) beyond it.
+
+Inputs, any mix of: a folder written by ``autobyte bench --suite`` (``*/iterations.csv``: every method's
+runs, conditions from the trace), or a ``bench_gpu.json`` (``tuned[*].iter_seconds``: one condition)::
+
+    python benchmarks/speed_rule_calibration.py docs/figures/suite_full_stop36 docs/figures/bench_gpu_h100/run13/bench_gpu.json
+
+Checks are cut from iteration 2 on, every ``--check`` iterations; a check whose iterations ran under two
+configurations or two conditions is skipped (the step rule drops most of those). The controller's own checks
+restart after each reconfiguration, so these are a sample of checks, not the checks themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autobyte.core.regime import RegimeDetector  # noqa: E402
+from autobyte.core.space import Config  # noqa: E402
+
+Check = tuple[tuple[int, int], str, float]  # (configuration, condition, speed: 1 / mean seconds)
+
+
+def _cut(rows: Sequence[tuple[tuple[int, int], str, float]], check: int) -> list[Check]:
+    out: list[Check] = []
+    for s in range(2, len(rows) - check + 1, check):
+        g = rows[s:s + check]
+        if len({r[0] for r in g}) > 1 or len({r[1] for r in g}) > 1:
+            continue
+        out.append((g[0][0], g[0][1], check / sum(r[2] for r in g)))
+    return out
+
+
+def runs_of(path: Path, check: int) -> dict[str, list[Check]]:
+    """Every run under ``path`` as its checks in order, by a name."""
+    runs: dict[str, list[Check]] = {}
+    if path.is_file():
+        d = json.loads(path.read_text())
+        for i, t in enumerate(d.get("tuned", [])):
+            secs = t.get("iter_seconds") or []
+            cfg = (int(t["start"]["partition_bytes"]), int(t["start"]["credit_bytes"]))
+            if t.get("reconfigurations"):
+                continue  # configurations per iteration are not recorded: static runs only
+            runs[f"{path.parent.name}/{t['tuner']}#{i}"] = _cut([(cfg, "one", float(x)) for x in secs], check)
+        return runs
+    files = sorted(path.glob("*/iterations.csv"))
+    if not files:
+        raise SystemExit(f"no */iterations.csv under {path} and not a bench_gpu.json file.")
+    for f in files:
+        its: dict[tuple[str, str], list[tuple[tuple[int, int], str, float]]] = collections.defaultdict(list)
+        with open(f) as fh:
+            for r in csv.DictReader(fh):
+                its[(r["method"], r["repeat"])].append(
+                    ((int(r["partition_bytes"]), int(r["credit_bytes"])), r["condition"], float(r["seconds"])))
+        for (m, rep), rows in its.items():
+            runs[f"{f.parent.name}/{m}#{rep}"] = _cut(rows, check)
+    return runs
+
+
+def replay(checks: Sequence[Check], threshold: float, z: float | None) -> tuple[int, int, int, int, list[float]]:
+    """(false alarms, clean pairs, changes seen, pairs across a change, thresholds used) over one run."""
+    det = RegimeDetector(threshold, step_change=None, noise_z=z)
+    last: dict[tuple[int, int], str] = {}
+    fa = clean = caught = across = 0
+    used: list[float] = []
+    for cfg, cond, speed in checks:
+        c = Config(*cfg)
+        measured = c in det.last
+        thr = det.speed_threshold()
+        big = det.observe(c, speed)
+        if measured:
+            used.append(math.expm1(thr))
+            if last[cfg] == cond:
+                clean += 1
+                fa += big
+            else:
+                across += 1
+                caught += big
+        last[cfg] = cond
+    return fa, clean, caught, across, used
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("inputs", nargs="+", type=Path, help="suite folders and/or bench_gpu.json files")
+    ap.add_argument("--check", type=int, default=5, help="iterations per check (5)")
+    ap.add_argument("--threshold", type=float, default=0.15, help="the fixed threshold (0.15)")
+    ap.add_argument("--z", default="2.5,3,3.5,4", help="noise_z values to compare with the fixed threshold")
+    a = ap.parse_args(argv)
+    zs: list[float | None] = [None] + [float(x) for x in a.z.split(",") if x.strip()]
+    for path in a.inputs:
+        runs = runs_of(path, a.check)
+        print(f"## {path} ({len(runs)} runs, checks of {a.check} iterations)\n")
+        print("| rule | false alarms / clean pairs | changes seen / pairs across a change | threshold used (median, max) |")
+        print("|---|---:|---:|---:|")
+        for z in zs:
+            tot = [0, 0, 0, 0]
+            thr: list[float] = []
+            for checks in runs.values():
+                r = replay(checks, a.threshold, z)
+                tot = [t + x for t, x in zip(tot, r[:4])]
+                thr += r[4]
+            fa, clean, caught, across = tot
+            name = f"fixed {a.threshold:.0%}" if z is None else f"noise_z {z:g}"
+            med = sorted(thr)[len(thr) // 2] if thr else float("nan")
+            print(f"| {name} | {fa} / {clean} ({fa / max(clean, 1):.1%}) | {caught} / {across} ({caught / max(across, 1):.1%}) "
+                  f"| {med:.1%}, {max(thr, default=float('nan')):.1%} |")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
