@@ -36,11 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--import", dest="imports", default="", help="comma-separated modules or .py files registering tuners")
     ap.add_argument("--adapt-time-s", type=float, default=B.ADAPT_TIME_S, help="as bench_tuner_sim.py (default %(default)s)")
     ap.add_argument("--no-cache", action="store_true", help="compute the baselines afresh")
+    ap.add_argument("--host-noise", type=float, default=0.0, help="as bench_tuner_sim.py (default 0: none)")
     a = ap.parse_args(argv)
     if a.index < 0:
         ap.error(f"index must be >= 0, but got {a.index}")
     if not a.adapt_time_s > 0:
         ap.error(f"--adapt-time-s must be > 0 seconds, but got {a.adapt_time_s}")
+    if not 0.0 <= a.host_noise <= 1.0:
+        ap.error(f"--host-noise must be a log-sigma in [0, 1], but got {a.host_noise}")
     if a.imports:
         try:
             import_tuners([m for m in a.imports.split(",") if m])
@@ -60,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(message)s"))
     level = log.level
     log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.DEBUG if os.environ.get("AUTOBYTE_TRACE_DEBUG") else logging.INFO)
     try:  # the bench's own path: the baselines (no tuner, so no log lines), then the tuner, run as the bench runs it
         row = B.run_scenario(sc, [a.tuner], SearchSpace.default(), network, print,
-                             None if a.no_cache else B.DEFAULT_CACHE, a.adapt_time_s)
+                             None if a.no_cache else B.DEFAULT_CACHE, a.adapt_time_s, a.host_noise)
     finally:
         log.removeHandler(handler)
         log.setLevel(level)
