@@ -239,7 +239,8 @@ register_tuner("autobyte-history-stop35", _variant(history_dir=_HISTORY, history
 register_tuner("autobyte-confirm", _variant(confirm=True))
 register_tuner("autobyte-history-confirm", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, confirm=True))
 # stop 37: the detector's speed threshold raised to 3 scatters of the job's own pairs of checks of one configuration
-# (noise_z=3; at most 50%): a host whose checks scatter as the H100's reads no noise as changes; and without it
+# (noise_z=3; at most 50%): a host whose checks scatter as the H100's reads no noise as changes. The default since
+# stop 37 (autobyte-noise is the tuner as it ships); autobyte-stop36 / autobyte-history-stop36 are without it
 register_tuner("autobyte-noise", _variant(noise_z=3.0))
 register_tuner("autobyte-history-noise", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, noise_z=3.0))
 register_tuner("autobyte-stop36", _variant(noise_z=None))

@@ -1,0 +1,54 @@
+"""benchmarks/speed_rule_calibration.py: the speed rule's false alarms and changes seen, fixed and with noise_z."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+FIELDS = ["method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_noisy_steady_run_and_a_real_change(load_benchmark, tmp_path, capsys):
+    bench = load_benchmark("speed_rule_calibration")
+    # one run of one configuration: checks of 5 iterations from iteration 2 whose speeds alternate 12% apart (a noisy
+    # host, under the fixed 15%), one check 20% off its neighbours, then the link halves for good
+    levels = [1.0, 1.12] * 5 + [1.12 * 1.2, 1.12] + [2.0, 2.0]
+    times = [0.1, 0.1] + [0.1 * x for x in levels for _ in range(5)]
+    conds = ["a"] * (2 + 12 * 5) + ["b"] * 10
+    (tmp_path / "sc").mkdir()
+    with open(tmp_path / "sc" / "iterations.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        for i, (t, c) in enumerate(zip(times, conds)):
+            w.writerow({"method": "bytescheduler", "repeat": 0, "iteration": i, "condition": c, "seconds": t,
+                        "samples_per_s": 16 / t, "partition_bytes": 4000000, "credit_bytes": 16000000})
+    (checks,) = bench.runs_of(tmp_path, 5).values()
+    assert len(checks) == 14 and checks[-1][1] == "b"
+    fa, clean, caught, across, _ = bench.replay(checks, 0.15, None)
+    assert (fa, caught, across) == (2, 1, 1)  # the 20% check and the one after it; the halving
+    fa, clean, caught, across, used = bench.replay(checks, 0.15, 3.0)
+    assert (fa, caught, across) == (0, 1, 1) and max(used) > 0.2  # the threshold rose past 20%; the halving still seen
+    assert bench.main([str(tmp_path), "--z", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| fixed 15% | 2 / " in out and "| noise_z 3 | 0 / " in out
+
+
+def test_the_h100_runs_shipped_with_the_docs(load_benchmark, capsys):
+    # the figure of docs/benchmarks.md 7.20: the default's two static runs on the H100 (run 13)
+    bench = load_benchmark("speed_rule_calibration")
+    path = ROOT / "docs" / "figures" / "bench_gpu_h100" / "run13" / "bench_gpu.json"
+    runs = bench.runs_of(path, 5)
+    assert len(runs) == 2 and len(json.loads(path.read_text())["tuned"]) == 5  # the runs that moved are left out
+    tot = [sum(x) for x in zip(*(bench.replay(c, 0.15, None)[:2] for c in runs.values()))]
+    noisy = [sum(x) for x in zip(*(bench.replay(c, 0.15, 3.0)[:2] for c in runs.values()))]
+    assert tot == [19, 154] and noisy == [0, 154]
+
+
+def test_bad_arguments(load_benchmark, tmp_path):
+    bench = load_benchmark("speed_rule_calibration")
+    with pytest.raises(SystemExit, match="no \\*/iterations.csv"):
+        bench.main([str(tmp_path)])
