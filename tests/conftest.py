@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import sys
 from pathlib import Path
@@ -27,3 +28,24 @@ def load_benchmark() -> Callable[[str], ModuleType]:
         return mod
 
     return load
+
+
+#: the columns of a suite scenario's ``iterations.csv`` (``autobyte bench --suite``)
+ITERATION_FIELDS = ["method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"]
+
+
+@pytest.fixture(scope="session")
+def suite_iterations() -> Callable[..., Path]:
+    """``suite_iterations(folder, times, conditions)``: writes ``folder/sc/iterations.csv`` as the suite writes it,
+    one run (ByteScheduler's default, repeat 0) whose iteration ``i`` took ``times[i]`` in ``conditions[i]``."""
+    def write(folder: Path, times: list[float], conditions: list[str]) -> Path:
+        (folder / "sc").mkdir(parents=True)
+        path = folder / "sc" / "iterations.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, ITERATION_FIELDS)
+            w.writeheader()
+            for i, (t, c) in enumerate(zip(times, conditions)):
+                w.writerow({"method": "bytescheduler", "repeat": 0, "iteration": i, "condition": c, "seconds": t,
+                            "samples_per_s": 16 / t, "partition_bytes": 4000000, "credit_bytes": 16000000})
+        return path
+    return write

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 
-FIELDS = ["method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_noisy_steady_run_and_a_real_change(load_benchmark, tmp_path, capsys):
+def test_a_noisy_steady_run_and_a_real_change(load_benchmark, suite_iterations, tmp_path, capsys):
     bench = load_benchmark("speed_rule_calibration")
     # one run of one configuration: checks of 5 iterations from iteration 2 whose speeds alternate 12% apart (a noisy
     # host, under the fixed 15%), one check 20% off its neighbours, then the link halves for good
     levels = [1.0, 1.12] * 5 + [1.12 * 1.2, 1.12] + [2.0, 2.0]
     times = [0.1, 0.1] + [0.1 * x for x in levels for _ in range(5)]
     conds = ["a"] * (2 + 12 * 5) + ["b"] * 10
-    (tmp_path / "sc").mkdir()
-    with open(tmp_path / "sc" / "iterations.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
-        for i, (t, c) in enumerate(zip(times, conds)):
-            w.writerow({"method": "bytescheduler", "repeat": 0, "iteration": i, "condition": c, "seconds": t,
-                        "samples_per_s": 16 / t, "partition_bytes": 4000000, "credit_bytes": 16000000})
+    suite_iterations(tmp_path, times, conds)
     (checks,) = bench.runs_of(tmp_path, 5).values()
     assert len(checks) == 14 and checks[-1][1] == "b"
     fa, clean, caught, across, _ = bench.replay(checks, 0.15, None)

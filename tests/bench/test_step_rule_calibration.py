@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import pytest
 
-FIELDS = ["method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"]
 
-
-def _suite(folder: Path, times: list[float], conditions: list[str]) -> None:
-    (folder / "sc").mkdir(parents=True)
-    with open(folder / "sc" / "iterations.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
-        for i, (t, c) in enumerate(zip(times, conditions)):
-            w.writerow({"method": "bytescheduler", "repeat": 0, "iteration": i, "condition": c, "seconds": t,
-                        "samples_per_s": 16 / t, "partition_bytes": 4000000, "credit_bytes": 16000000})
-
-
-def test_counts_clean_and_mixed_groups(load_benchmark, tmp_path, capsys):
+def test_counts_clean_and_mixed_groups(load_benchmark, suite_iterations, tmp_path, capsys):
     bench = load_benchmark("step_rule_calibration")
     # groups of 5 from iteration 2: 2-6 and 7-11 clean (one hiccup of 1.3x in the first), 12-16 across a 2x change at 14
     times = [0.1] * 2 + [0.1, 0.1, 0.1, 0.1, 0.13] + [0.1] * 5 + [0.1, 0.1, 0.2, 0.2, 0.2] + [0.2] * 5
     conds = ["a"] * 14 + ["b"] * 8
-    _suite(tmp_path, times, conds)
+    suite_iterations(tmp_path, times, conds)
     clean, mixed = bench.groups(tmp_path, 5)
     assert len(clean) == 3 and len(mixed) == 1
     assert mixed[0] == pytest.approx(0.693, abs=1e-3) and max(clean) < 0.2
