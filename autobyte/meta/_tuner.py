@@ -438,7 +438,7 @@ class AutoByteTuner(Tuner):
             ``noise_z``; at most 50%): a host whose checks scatter widely
             does not start a regime, with its trials, at every odd check
             (3.0, default since stop 37: on the H100's runs no false alarm
-            left of 19, on the CPU testbed's 12-41% fewer and 1 real change of
+            left of 19, on the CPU testbed's 12-62% fewer and 1 real change of
             339 missed, the simulator unchanged; docs/benchmarks.md 7.20;
             ``None``: the fixed threshold only).
         shrink: the explorer values a trial by what trials won on this job:
