@@ -47,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from autobyte.bench._suite import read_iterations  # noqa: E402
 from autobyte.bench.calibrate import SimParams, fit, simulate_iter_s  # noqa: E402
 from autobyte.bench.emulation import Emulation  # noqa: E402
 from autobyte.core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config  # noqa: E402
@@ -207,28 +208,21 @@ def _settled_medians(records: Iterable[tuple[str, int, Any, int, float]]) -> dic
 
 def _measured_static(run_dir: str, sc: dict[str, Any]) -> dict[str, dict[Cond, list[float]]]:
     """:func:`_settled_medians` of a suite scenario's ``iterations.csv`` (phases from the scenario's trace)."""
-    import csv
-
     starts, k = [], 0
     for n, _ in _trace_conds(sc):
         starts.append(k)
         k += n
-    with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
-        recs = [(r["method"], int(r["repeat"]), _condition(r["condition"]), int(r["iteration"]) - max(s for s in starts if s <= int(r["iteration"])),
-                 float(r["seconds"])) for r in csv.DictReader(f)]
+    recs = [(r.method, r.repeat, _condition(r.condition), r.iteration - max(s for s in starts if s <= r.iteration), r.seconds)
+            for rows in read_iterations(os.path.join(run_dir, sc["name"])).values() for r in rows]
     return _settled_medians(recs)
 
 
 def _tuner_configs(run_dir: str, sc: dict[str, Any]) -> dict[str, list[list[tuple[Cond, Config]]]]:
     """Per tuner method, per repeat: each iteration's (condition, config in force), from the scenario's ``iterations.csv``."""
-    import csv
-
     out: dict[str, dict[int, list[tuple[Cond, Config]]]] = {}
-    with open(os.path.join(run_dir, sc["name"], "iterations.csv")) as f:
-        for r in csv.DictReader(f):
-            if r["method"] == "autobyte" or r["method"].startswith("tuner"):
-                out.setdefault(r["method"], {}).setdefault(int(r["repeat"]), []).append(
-                    (_condition(r["condition"]), Config(int(r["partition_bytes"]), int(r["credit_bytes"]))))
+    for (method, rep), rows in read_iterations(os.path.join(run_dir, sc["name"])).items():
+        if method == "autobyte" or method.startswith("tuner"):
+            out.setdefault(method, {})[rep] = [(_condition(r.condition), r.config) for r in rows if r.config is not None]
     return {m: [reps[k] for k in sorted(reps)] for m, reps in out.items()}
 
 

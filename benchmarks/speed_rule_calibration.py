@@ -24,8 +24,6 @@ restart after each reconfiguration, so these are a sample of checks, not the che
 from __future__ import annotations
 
 import argparse
-import collections
-import csv
 import json
 import math
 import sys
@@ -34,6 +32,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autobyte.bench._suite import read_iterations  # noqa: E402
 from autobyte.core.regime import RegimeDetector  # noqa: E402
 from autobyte.core.space import Config  # noqa: E402
 
@@ -66,13 +65,11 @@ def runs_of(path: Path, check: int) -> dict[str, list[Check]]:
     if not files:
         raise SystemExit(f"no */iterations.csv under {path} and not a bench_gpu.json file.")
     for f in files:
-        its: dict[tuple[str, str], list[tuple[tuple[int, int], str, float]]] = collections.defaultdict(list)
-        with open(f) as fh:
-            for r in csv.DictReader(fh):
-                its[(r["method"], r["repeat"])].append(
-                    ((int(r["partition_bytes"]), int(r["credit_bytes"])), r["condition"], float(r["seconds"])))
-        for (m, rep), rows in its.items():
-            runs[f"{f.parent.name}/{m}#{rep}"] = _cut(rows, check)
+        for (m, rep), rows in read_iterations(f).items():
+            if any(r.config is None for r in rows):
+                continue  # DDP: no configuration for the detector to key its measurements by
+            runs[f"{f.parent.name}/{m}#{rep}"] = _cut(
+                [((r.config.partition_bytes, r.config.credit_bytes), r.condition, r.seconds) for r in rows if r.config], check)
     return runs
 
 

@@ -17,14 +17,13 @@ not the checks themselves.
 from __future__ import annotations
 
 import argparse
-import collections
-import csv
 import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autobyte.bench._suite import read_iterations  # noqa: E402
 from autobyte.core.regime import within_step  # noqa: E402
 
 
@@ -40,20 +39,15 @@ def groups(suite: Path, check: int, min_side: int = 2, offsets: int = 1) -> tupl
     if not files:
         raise SystemExit(f"no */iterations.csv under {suite}: give a folder written by `autobyte bench --suite`.")
     for f in files:
-        runs: dict[tuple[str, str], dict[int, dict[str, str]]] = collections.defaultdict(dict)
-        with open(f) as fh:
-            for r in csv.DictReader(fh):
-                runs[(r["method"], r["repeat"])][int(r["iteration"])] = r
-        for its, off in ((its, off) for its in runs.values() for off in range(offsets)):
-            for s in range(2 + off, max(its) + 1, check):
-                g = [its.get(i) for i in range(s, s + check)]
-                if any(x is None for x in g):
-                    continue
+        for its, off in ((rows, off) for rows in read_iterations(f).values() for off in range(offsets)):
+            at = {r.iteration: r for r in its}
+            for s in range(2 + off, max(at) + 1, check):
+                g = [at.get(i) for i in range(s, s + check)]
                 rows = [x for x in g if x is not None]
-                if len({(x["partition_bytes"], x["credit_bytes"]) for x in rows}) > 1:
+                if len(rows) < check or len({x.config for x in rows}) > 1:
                     continue
-                step = abs(within_step([float(x["seconds"]) for x in rows], min_side))
-                (clean if len({x["condition"] for x in rows}) == 1 else mixed).append(step)
+                step = abs(within_step([x.seconds for x in rows], min_side))
+                (clean if len({x.condition for x in rows}) == 1 else mixed).append(step)
     return clean, mixed
 
 

@@ -16,7 +16,6 @@ Then the geometric means per tag.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -24,7 +23,7 @@ import statistics
 import sys
 from typing import Any
 
-from autobyte.bench._suite import geomean, worst_span_ratio
+from autobyte.bench._suite import IterationRow, geomean, read_iterations, worst_span_ratio
 
 DEFAULT, HINDSIGHT, AUTOBYTE = "bytescheduler", "hindsight", "autobyte"
 HISTORY, STATIC = "tuner:autobyte-history", "tuner:static-history"
@@ -34,12 +33,12 @@ RATIOS = [("history", HISTORY, HINDSIGHT), ("history", HISTORY, DEFAULT), ("hist
           ("static-history", STATIC, HINDSIGHT), ("static-history", STATIC, DEFAULT), ("hindsight", HINDSIGHT, DEFAULT)]
 
 
-def _worst_span(rows: list[dict[str, str]], tuned: str, start: str) -> float:
+def _worst_span(runs: dict[tuple[str, int], list[IterationRow]], tuned: str, start: str) -> float:
     """Median over repeats of the worst 50-iteration span of ``tuned``'s run against ``start``'s of the same repeat."""
     out = []
-    for rep in sorted({r["repeat"] for r in rows}):
-        a = [float(r["seconds"]) for r in rows if r["method"] == tuned and r["repeat"] == rep]
-        b = [float(r["seconds"]) for r in rows if r["method"] == start and r["repeat"] == rep]
+    for rep in sorted({rep for _, rep in runs}):
+        a = [r.seconds for r in runs.get((tuned, rep), [])]
+        b = [r.seconds for r in runs.get((start, rep), [])]
         if a and b:
             out.append(worst_span_ratio(a, b)[0])
     return statistics.median(out)
@@ -49,8 +48,7 @@ def _scenario(root: str, name: str, per_tag: dict[str, list[list[float]]]) -> st
     with open(os.path.join(root, name, "summary.json")) as f:
         s: dict[str, Any] = json.load(f)
     m = s["methods"]
-    with open(os.path.join(root, name, "iterations.csv")) as f:
-        rows = list(csv.DictReader(f))
+    rows = read_iterations(os.path.join(root, name))
     ratios = [m[a]["median"] / m[b]["median"] if a in m else float("nan") for _, a, b in RATIOS]
     per_tag.setdefault(s["tag"], []).append(ratios)
     speeds = " | ".join(f"{m[k]['median']:.1f} ({m[k]['min']:.1f}-{m[k]['max']:.1f})" if k in m else "-"

@@ -11,6 +11,8 @@ from typing import Callable
 
 import pytest
 
+from autobyte.bench._suite import ITERATION_FIELDS
+
 #: the repository's benchmark scripts (not a package: loaded by path)
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -30,8 +32,6 @@ def load_benchmark() -> Callable[[str], ModuleType]:
     return load
 
 
-#: the columns of a suite scenario's ``iterations.csv`` (``autobyte bench --suite``)
-ITERATION_FIELDS = ["method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"]
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,8 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
@@ -49,6 +50,55 @@ HARM_SPAN = 50
 
 #: Samples per iteration are ``batch_size * N_WORKERS``.
 N_WORKERS = 2
+
+#: The columns of a scenario's ``iterations.csv`` (:func:`write_scenario`; :func:`read_iterations` reads them).
+ITERATION_FIELDS = ("method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes")
+
+
+class IterationRow(NamedTuple):
+    """One row of a scenario's ``iterations.csv``: one iteration of one method's run."""
+
+    method: str
+    repeat: int
+    iteration: int
+    #: the trace's condition at this iteration (:attr:`Condition.key`)
+    condition: str
+    seconds: float
+    samples_per_s: float
+    #: the configuration in force; ``None`` for a method without one (DDP)
+    config: Config | None
+
+
+def read_iterations(path: str | os.PathLike[str]) -> dict[tuple[str, int], list[IterationRow]]:
+    """Every run in a scenario's ``iterations.csv``, by ``(method, repeat)``, its rows in iteration order.
+
+    ``path``: the file, or the scenario's folder holding it (as :func:`write_scenario` leaves it).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a column missing, or a value that is not a number where one belongs (file and line named).
+    """
+    f = Path(path)
+    if f.is_dir():
+        f = f / "iterations.csv"
+    runs: dict[tuple[str, int], list[IterationRow]] = {}
+    with open(f, newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in ITERATION_FIELDS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{f}: not a suite's iterations.csv: columns {missing} missing (has {reader.fieldnames}).")
+        for r in reader:
+            try:
+                cfg = None if r["partition_bytes"] == "" else Config(int(r["partition_bytes"]), int(r["credit_bytes"]))
+                row = IterationRow(r["method"], int(r["repeat"]), int(r["iteration"]), r["condition"],
+                                   float(r["seconds"]), float(r["samples_per_s"]), cfg)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{f}, line {reader.line_num}: {exc}") from None
+            runs.setdefault((row.method, row.repeat), []).append(row)
+    for rows in runs.values():
+        rows.sort(key=lambda x: x.iteration)
+    return runs
+
 
 
 def _positive_number(name: str, value: Any) -> float:
@@ -566,7 +616,7 @@ def write_scenario(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mapping[st
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "iterations.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method", "repeat", "iteration", "condition", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"])
+        w.writerow(ITERATION_FIELDS)
         for m, reps in runs.items():
             for r, its in enumerate(reps):
                 for row in its:

@@ -14,7 +14,8 @@ from autobyte.bench.emulation import Emulation
 from autobyte.core import KiB, MiB
 from autobyte.bench._suite import (
     BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
-    summarize_scenario, summarize_suite, table_md, throughput, trial_cost, trial_spans, worst_span_ratio, write_suite,
+    IterationRow, read_iterations, summarize_scenario, summarize_suite, table_md, throughput, trial_cost, trial_spans,
+    worst_span_ratio, write_scenario, write_suite,
 )
 from autobyte.cli import main
 from autobyte.core import Config
@@ -347,6 +348,35 @@ def test_suite_trials_script_reads_a_finished_suite(tmp_path, load_benchmark, ca
     assert "hindsight" not in out and "autobyte: 1 trials in 1 runs" in out
     with pytest.raises(SystemExit, match="DIR must be a suite's --out folder"):
         script.main([str(tmp_path / "nowhere")])
+
+
+def test_iterations_csv_reads_back_what_the_suite_wrote(tmp_path):
+    sc = Scenario("s", "cnn", (Phase(2, FAST), Phase(2, SLOW)), batch_size=16)
+    runs = {"ddp": [[{"iteration": i, "seconds": 0.1, "samples_per_s": 320.0} for i in range(4)]],
+            "autobyte": [_cfg_run([(0.1, [4, 16]), (0.2, [1, 4]), (0.1, [4, 16]), (0.25, [4, 16])]),
+                         _cfg_run([(0.1, [4, 16])] * 4)]}
+    write_scenario(sc, runs, {}, {}, str(tmp_path / "s"))
+    got = read_iterations(tmp_path / "s")  # the folder, as write_scenario leaves it, or the file itself
+    assert got == read_iterations(tmp_path / "s" / "iterations.csv")
+    assert sorted(got) == [("autobyte", 0), ("autobyte", 1), ("ddp", 0)]
+    first = got[("autobyte", 0)]
+    assert [r.iteration for r in first] == [0, 1, 2, 3] and [r.seconds for r in first] == [0.1, 0.2, 0.1, 0.25]
+    assert first[1] == IterationRow("autobyte", 0, 1, FAST.key, 0.2, 1.0, Config(1, 4))
+    assert [r.condition for r in first] == [FAST.key, FAST.key, SLOW.key, SLOW.key]  # from the scenario's trace
+    assert all(r.config is None for r in got[("ddp", 0)])  # DDP has no scheduler configuration
+
+
+def test_iterations_csv_that_is_not_a_suites_is_refused_with_the_file_and_line(tmp_path):
+    bad = tmp_path / "iterations.csv"
+    bad.write_text("method,iteration,seconds\nddp,0,0.1\n")  # the single bench's columns, not the suite's
+    with pytest.raises(ValueError, match=r"iterations.csv: not a suite's iterations.csv: columns \['repeat', 'condition'"):
+        read_iterations(bad)
+    bad.write_text("method,repeat,iteration,condition,seconds,samples_per_s,partition_bytes,credit_bytes\n"
+                   "ddp,0,0,2000mbit,0.1,320,,\nddp,0,1,2000mbit,fast,320,,\n")
+    with pytest.raises(ValueError, match=r"iterations.csv, line 3: could not convert string to float: 'fast'"):
+        read_iterations(bad)
+    with pytest.raises(FileNotFoundError):
+        read_iterations(tmp_path / "nowhere")
 
 
 def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
