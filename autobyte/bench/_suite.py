@@ -100,7 +100,6 @@ def read_iterations(path: str | os.PathLike[str]) -> dict[tuple[str, int], list[
     return runs
 
 
-
 def _positive_number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive number, but got {name}={value!r}.")
