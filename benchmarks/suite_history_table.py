@@ -48,7 +48,7 @@ def _scenario(root: str, name: str, per_tag: dict[str, list[list[float]]]) -> st
     with open(os.path.join(root, name, "summary.json")) as f:
         s: dict[str, Any] = json.load(f)
     m = s["methods"]
-    rows = read_iterations(os.path.join(root, name))
+    runs = read_iterations(os.path.join(root, name))
     ratios = [m[a]["median"] / m[b]["median"] if a in m else float("nan") for _, a, b in RATIOS]
     per_tag.setdefault(s["tag"], []).append(ratios)
     speeds = " | ".join(f"{m[k]['median']:.1f} ({m[k]['min']:.1f}-{m[k]['max']:.1f})" if k in m else "-"
@@ -56,8 +56,8 @@ def _scenario(root: str, name: str, per_tag: dict[str, list[list[float]]]) -> st
     r = [_fmt(x) for x in ratios]
     trials = " / ".join(f"{m[k].get('trials', {}).get('trials', float('nan')):g}" if k in m else "-"
                         for k in (HISTORY, AUTOBYTE))
-    spans = f"{_worst_span(rows, HISTORY, STATIC):.3f} / " + (
-        f"{_worst_span(rows, AUTOBYTE, DEFAULT):.3f}" if AUTOBYTE in m else "-")
+    spans = f"{_worst_span(runs, HISTORY, STATIC):.3f} / " + (
+        f"{_worst_span(runs, AUTOBYTE, DEFAULT):.3f}" if AUTOBYTE in m else "-")
     return (f"| {name} ({s['tag']}) | {speeds} | {' / '.join(r[0:3])} | {' / '.join(r[3:5])} | {' / '.join(r[5:7])} | "
             f"{spans} | {trials} |")
 

@@ -32,8 +32,6 @@ def load_benchmark() -> Callable[[str], ModuleType]:
     return load
 
 
-
-
 @pytest.fixture(scope="session")
 def suite_iterations() -> Callable[..., Path]:
     """``suite_iterations(folder, times, conditions)``: writes ``folder/sc/iterations.csv`` as the suite writes it,
