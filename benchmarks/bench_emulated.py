@@ -47,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from autobyte.bench import _real  # noqa: E402
 from autobyte.bench._suite import read_iterations  # noqa: E402
 from autobyte.bench.calibrate import SimParams, fit, simulate_iter_s  # noqa: E402
 from autobyte.bench.emulation import Emulation  # noqa: E402
@@ -449,7 +450,6 @@ def read_ps_run(run_dir: str) -> dict[str, Any]:
     Raises:
         ValueError: ``run_dir`` holds no ``summary.json`` of a PS bench, or no ``iterations.csv``.
     """
-    import csv
     import glob
 
     path = os.path.join(run_dir, "summary.json")
@@ -464,25 +464,19 @@ def read_ps_run(run_dir: str) -> dict[str, Any]:
     ranks = sorted(glob.glob(os.path.join(run_dir, "*", "rank0.json")))
     with open(ranks[0]) as f:
         rank = json.load(f)
-    by_method: dict[str, list[dict[str, str]]] = {}
-    with open(os.path.join(run_dir, "iterations.csv")) as f:
-        for r in csv.DictReader(f):
-            by_method.setdefault(r["method"], []).append(r)
-    samples = round(statistics.median(float(r["seconds"]) * float(r["samples_per_s"]) for rs in by_method.values() for r in rs))
+    by_method = _real.read_iterations(run_dir)  # a single bench's file (the suite's has repeats and conditions)
+    samples = round(statistics.median(r.seconds * r.samples_per_s for rs in by_method.values() for r in rs))
     recs, configs = [], {}
     for m, rs in by_method.items():
         if m not in PS_STATIC and m != "dist_sync":
             continue
-        rs.sort(key=lambda r: int(r["iteration"]))
         start = 0
         for i, r in enumerate(rs):
-            if i and r["rate_mbit"] != rs[i - 1]["rate_mbit"]:
+            if i and r.rate_mbit != rs[i - 1].rate_mbit:
                 start = i
-            rate = float(r["rate_mbit"])
-            recs.append((m, 0, rate, i - start, float(r["seconds"])))
-            cfg = None if m == "dist_sync" else Config(int(r["partition_bytes"]), int(r["credit_bytes"]))
-            if i - start >= SETTLE and configs.setdefault((m, rate), cfg) != cfg:
-                raise ValueError(f"{m} ran several configs at {rate:g} Mbit/s in {run_dir!r}; it is not a static method.")
+            recs.append((m, 0, r.rate_mbit, i - start, r.seconds))
+            if i - start >= SETTLE and configs.setdefault((m, r.rate_mbit), r.config) != r.config:
+                raise ValueError(f"{m} ran several configs at {r.rate_mbit:g} Mbit/s in {run_dir!r}; it is not a static method.")
     trace = {m: [(rate, configs[(m, rate)], statistics.median(v)) for rate, v in per_rate.items()]
              for m, per_rate in _settled_medians(recs).items()}
     grid = [(float(rk), Config(int(p), int(c)), samples / sps) for rk, g in summary["grid"].items() for p, c, sps in g]

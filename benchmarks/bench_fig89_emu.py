@@ -27,7 +27,6 @@ without running anything (and without root).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -43,7 +42,7 @@ sys.path[:0] = [ROOT, HERE]
 
 from bench_emulated import fitted_params, sim_baseline_iter_s, sim_iter_s  # noqa: E402
 
-from autobyte.bench._real import ARCHS, BASELINE, BenchPlan, run_bench  # noqa: E402
+from autobyte.bench._real import ARCHS, BASELINE, BenchPlan, read_iterations, run_bench  # noqa: E402
 from autobyte.bench.calibrate import SimParams  # noqa: E402
 from autobyte.bench.emulation import Emulation  # noqa: E402
 from autobyte.core import BYTESCHEDULER_DEFAULT, MiB, Config  # noqa: E402
@@ -193,17 +192,13 @@ def estimate_s(p: Point, plan: BenchPlan) -> float:
 # -------------------------------------------------------------------------------- summary
 def second_half(out_dir: str) -> tuple[dict[str, float], int]:
     """Samples/s of each method over the second half of its iterations (``iterations.csv``), and the run's length."""
-    rows: dict[str, list[tuple[int, float, float]]] = {}
-    with open(os.path.join(out_dir, "iterations.csv")) as f:
-        for r in csv.DictReader(f):
-            s = float(r["seconds"])
-            rows.setdefault(r["method"], []).append((int(r["iteration"]), s, s * float(r["samples_per_s"])))
-    iters = max(len(v) for v in rows.values())
+    runs = read_iterations(out_dir)
+    iters = max(len(v) for v in runs.values())
     out = {}
-    for m, v in rows.items():
-        half = [x for x in v if x[0] >= iters // 2]
-        secs = sum(x[1] for x in half)
-        out[m] = sum(x[2] for x in half) / secs if secs > 0 else 0.0
+    for m, rows in runs.items():
+        half = [r for r in rows if r.iteration >= iters // 2]
+        secs = sum(r.seconds for r in half)
+        out[m] = sum(r.seconds * r.samples_per_s for r in half) / secs if secs > 0 else 0.0
     return out, iters
 
 

@@ -15,24 +15,20 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import json
 import math
 import os
 import statistics
 from typing import Any
 
-from autobyte.bench._suite import geomean, worst_span_ratio
+from autobyte.bench._suite import IterationRow, geomean, read_iterations, worst_span_ratio
 
 DEFAULT = "bytescheduler"
 
 
-def _runs(rows: list[dict[str, str]], method: str) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = collections.defaultdict(list)
-    for r in rows:
-        if r["method"] == method:
-            out[r["repeat"]].append(float(r["seconds"]))
-    return out
+def _runs(runs: dict[tuple[str, int], list[IterationRow]], method: str) -> dict[int, list[float]]:
+    """Per repeat, the iteration times of ``method``'s run."""
+    return {rep: [r.seconds for r in rows] for (m, rep), rows in runs.items() if m == method}
 
 
 def _changes(root: str, name: str) -> dict[str, tuple[float, float]]:
@@ -63,8 +59,7 @@ def table(root: str, ref: str) -> list[str]:
         m = s["methods"]
         if ref not in m:
             raise SystemExit(f"{root}/{name} has no runs of --ref {ref} (methods: {', '.join(m)}).")
-        with open(os.path.join(root, name, "iterations.csv")) as f:
-            rows = list(csv.DictReader(f))
+        rows = read_iterations(os.path.join(root, name))
         changes = _changes(root, name)
         base = _runs(rows, ref)
         for meth, r in m.items():

@@ -30,7 +30,8 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 from ..core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, KiB, MiB, Config
 from ..core._checks import check_int, check_positive
@@ -286,11 +287,81 @@ def summarize(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]]) -> dict[st
     return out
 
 
+#: The columns of a bench's ``iterations.csv`` (:func:`write_outputs`; :func:`read_iterations` reads them).
+ITERATION_FIELDS = ("method", "iteration", "rate_mbit", "seconds", "samples_per_s", "partition_bytes", "credit_bytes")
+
+_Row = TypeVar("_Row")
+
+
+def read_csv_rows(path: str | os.PathLike[str], fields: Sequence[str], what: str,
+                  row: Callable[[dict[str, str]], _Row]) -> list[_Row]:
+    """Every line of a CSV file the bench wrote, made into a row by ``row``, in file order.
+
+    ``fields``: the columns the file must have; ``what``: the file's name in
+    an error ("a suite's iterations.csv").
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a column missing, or a value ``row`` refuses (file and line named).
+    """
+    rows: list[_Row] = []
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in fields if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: not {what}: columns {missing} missing (has {reader.fieldnames}).")
+        for r in reader:
+            try:
+                rows.append(row(r))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{path}, line {reader.line_num}: {exc}") from None
+    return rows
+
+
+class IterationRow(NamedTuple):
+    """One row of a bench's ``iterations.csv``: one iteration of one method's run."""
+
+    method: str
+    iteration: int
+    #: the trace's link rate at this iteration
+    rate_mbit: float
+    seconds: float
+    samples_per_s: float
+    #: the scheduler's configuration in force; ``None`` for the unscheduled baseline (DDP, ``dist_sync``)
+    config: Config | None
+
+
+def _iteration_row(r: dict[str, str]) -> IterationRow:
+    cfg = None if r["credit_bytes"] == "" else Config(int(r["partition_bytes"]), int(r["credit_bytes"]))
+    return IterationRow(r["method"], int(r["iteration"]), float(r["rate_mbit"]), float(r["seconds"]),
+                        float(r["samples_per_s"]), cfg)
+
+
+def read_iterations(path: str | os.PathLike[str]) -> dict[str, list[IterationRow]]:
+    """Every method's run in a bench's ``iterations.csv``, its rows in iteration order.
+
+    ``path``: the file, or the ``--out`` folder holding it (as :func:`write_outputs` leaves it).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a column missing, or a value that is not a number where one belongs (file and line named).
+    """
+    f = Path(path)
+    if f.is_dir():
+        f = f / "iterations.csv"
+    runs: dict[str, list[IterationRow]] = {}
+    for row in read_csv_rows(f, ITERATION_FIELDS, "a bench's iterations.csv", _iteration_row):
+        runs.setdefault(row.method, []).append(row)
+    for rows in runs.values():
+        rows.sort(key=lambda x: x.iteration)
+    return runs
+
+
 def write_outputs(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]], decisions: dict[str, list[dict[str, Any]]],
                   summary: dict[str, Any], out: str) -> None:
     with open(os.path.join(out, "iterations.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method", "iteration", "rate_mbit", "seconds", "samples_per_s", "partition_bytes", "credit_bytes"])
+        w.writerow(ITERATION_FIELDS)
         for m, its in runs.items():
             for r in its:
                 cfg = r.get("config") or [DDP_DEFAULT.partition_bytes, ""]

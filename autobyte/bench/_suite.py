@@ -38,7 +38,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
 from ..core.tuners import import_tuners
-from ._real import BASELINE
+from ._real import BASELINE, read_csv_rows
 from ._scenarios import SUITES, TAGS, Condition, Scenario, Suite, condition_trace
 
 #: Methods every suite knows; any registered tuner also runs as ``tuner:NAME``.
@@ -69,6 +69,12 @@ class IterationRow(NamedTuple):
     config: Config | None
 
 
+def _iteration_row(r: dict[str, str]) -> IterationRow:
+    cfg = None if r["partition_bytes"] == "" else Config(int(r["partition_bytes"]), int(r["credit_bytes"]))
+    return IterationRow(r["method"], int(r["repeat"]), int(r["iteration"]), r["condition"],
+                        float(r["seconds"]), float(r["samples_per_s"]), cfg)
+
+
 def read_iterations(path: str | os.PathLike[str]) -> dict[tuple[str, int], list[IterationRow]]:
     """Every run in a scenario's ``iterations.csv``, by ``(method, repeat)``, its rows in iteration order.
 
@@ -82,19 +88,8 @@ def read_iterations(path: str | os.PathLike[str]) -> dict[tuple[str, int], list[
     if f.is_dir():
         f = f / "iterations.csv"
     runs: dict[tuple[str, int], list[IterationRow]] = {}
-    with open(f, newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in ITERATION_FIELDS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{f}: not a suite's iterations.csv: columns {missing} missing (has {reader.fieldnames}).")
-        for r in reader:
-            try:
-                cfg = None if r["partition_bytes"] == "" else Config(int(r["partition_bytes"]), int(r["credit_bytes"]))
-                row = IterationRow(r["method"], int(r["repeat"]), int(r["iteration"]), r["condition"],
-                                   float(r["seconds"]), float(r["samples_per_s"]), cfg)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{f}, line {reader.line_num}: {exc}") from None
-            runs.setdefault((row.method, row.repeat), []).append(row)
+    for row in read_csv_rows(f, ITERATION_FIELDS, "a suite's iterations.csv", _iteration_row):
+        runs.setdefault((row.method, row.repeat), []).append(row)
     for rows in runs.values():
         rows.sort(key=lambda x: x.iteration)
     return runs

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autobyte.bench._real import BenchPlan, summarize
+from autobyte.bench._real import BenchPlan, IterationRow, read_iterations, summarize, write_outputs
 from autobyte.bench.demo import DemoPlan
+from autobyte.core import Config
 
 
 @pytest.mark.parametrize("cls", [BenchPlan, DemoPlan])
@@ -61,6 +62,35 @@ def test_trace_starts_high_and_summary_ratios():
     assert s["throughput"]["bo"]["all"] == pytest.approx(32 / 0.2)
     assert s["vs_bo"]["autobyte"]["all"] == pytest.approx(2.0)
     assert s["vs_bo"]["autobyte"]["low"] == pytest.approx(2.0)
+
+
+def test_iterations_csv_reads_back_what_the_bench_wrote(tmp_path):
+    plan = BenchPlan(low_mbit=100, high_mbit=1000, every=2, iters=4, batch_size=16)
+    runs = {"ddp": [{"iteration": i, "seconds": 0.1, "samples_per_s": 320.0} for i in range(4)],
+            "autobyte": [{"iteration": i, "seconds": s, "samples_per_s": 32 / s, "config": c}
+                         for i, (s, c) in enumerate([(0.1, [4, 16]), (0.2, [1, 4]), (0.1, [4, 16]), (0.25, [4, 16])])]}
+    write_outputs(plan, runs, {}, summarize(plan, runs), str(tmp_path))
+    got = read_iterations(tmp_path)  # the --out folder, as write_outputs leaves it, or the file itself
+    assert got == read_iterations(tmp_path / "iterations.csv")
+    assert sorted(got) == ["autobyte", "ddp"]
+    first = got["autobyte"]
+    assert [r.iteration for r in first] == [0, 1, 2, 3] and [r.seconds for r in first] == [0.1, 0.2, 0.1, 0.25]
+    assert first[1] == IterationRow("autobyte", 1, 1000.0, 0.2, 160.0, Config(1, 4))
+    assert [r.rate_mbit for r in first] == [1000.0, 1000.0, 100.0, 100.0]  # from the plan's trace
+    assert all(r.config is None for r in got["ddp"])  # the unscheduled baseline has no scheduler configuration
+
+
+def test_iterations_csv_that_is_not_a_benchs_is_refused_with_the_file_and_line(tmp_path):
+    bad = tmp_path / "iterations.csv"
+    bad.write_text("method,repeat,iteration,condition,seconds\nddp,0,0,2000mbit,0.1\n")  # a suite's columns
+    with pytest.raises(ValueError, match=r"iterations.csv: not a bench's iterations.csv: columns \['rate_mbit', 'samples_per_s'"):
+        read_iterations(bad)
+    bad.write_text("method,iteration,rate_mbit,seconds,samples_per_s,partition_bytes,credit_bytes\n"
+                   "ddp,0,1000,0.1,320,26214400,\nautobyte,0,1000,0.1,320,4,many\n")
+    with pytest.raises(ValueError, match=r"iterations.csv, line 3: invalid literal for int\(\) with base 10: 'many'"):
+        read_iterations(bad)
+    with pytest.raises(FileNotFoundError):
+        read_iterations(tmp_path / "nowhere")
 
 
 def test_bench_plan_with_equal_rates_is_a_constant_trace():
