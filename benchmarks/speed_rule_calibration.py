@@ -19,6 +19,13 @@ runs, conditions from the trace), or a ``bench_gpu.json`` (``tuned[*].iter_secon
 Checks are cut from iteration 2 on, every ``--check`` iterations; a check whose iterations ran under two
 configurations or two conditions is skipped (the step rule drops most of those). The controller's own checks
 restart after each reconfiguration, so these are a sample of checks, not the checks themselves.
+
+A second table reads the same checks as the tuner's mover does (``meta._policies.Mover``): it moves when a
+configuration measured in these conditions beats the one in force by ``min_gain`` (2%), comparing that
+configuration's mean of its last 3 windows (the ledger's ``memory``) with the window just measured. For each
+``--mover`` gain: the share of checks that fall that far below the mean of the last 3 checks of the same
+configuration in the same condition, i.e. how often a configuration measured level with the one in force
+would be moved to on noise alone (run it with ``--check 10``, the tuner's window).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -96,14 +104,33 @@ def replay(checks: Sequence[Check], threshold: float, z: float | None) -> tuple[
     return fa, clean, caught, across, used
 
 
+def below_running_mean(checks: Sequence[Check], gains: Sequence[float], memory: int = 3) -> tuple[list[int], int]:
+    """(per gain, checks more than that gain below the mean of the last ``memory`` checks of their configuration in
+    their condition; checks that had such a mean to compare with) over one run."""
+    seen: dict[tuple[tuple[int, int], str], list[float]] = {}
+    below = [0] * len(gains)
+    compared = 0
+    for cfg, cond, speed in checks:
+        prev = seen.setdefault((cfg, cond), [])
+        if prev:
+            compared += 1
+            mean = statistics.fmean(prev[-memory:])
+            for j, g in enumerate(gains):
+                below[j] += speed < mean * (1 - g)
+        prev.append(speed)
+    return below, compared
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("inputs", nargs="+", type=Path, help="suite folders and/or bench_gpu.json files")
     ap.add_argument("--check", type=int, default=5, help="iterations per check (5)")
     ap.add_argument("--threshold", type=float, default=0.15, help="the fixed threshold (0.15)")
     ap.add_argument("--z", default="2.5,3,3.5,4", help="noise_z values to compare with the fixed threshold")
+    ap.add_argument("--mover", default="0.02,0.05", help="gains of the mover's table ('' for none)")
     a = ap.parse_args(argv)
     zs: list[float | None] = [None] + [float(x) for x in a.z.split(",") if x.strip()]
+    gains = [float(x) for x in a.mover.split(",") if x.strip()]
     for path in a.inputs:
         runs = runs_of(path, a.check)
         print(f"## {path} ({len(runs)} runs, checks of {a.check} iterations)\n")
@@ -122,6 +149,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | {fa} / {clean} ({fa / max(clean, 1):.1%}) | {caught} / {across} ({caught / max(across, 1):.1%}) "
                   f"| {med:.1%}, {max(thr, default=float('nan')):.1%} |")
         print()
+        if gains:
+            below, compared = [0] * len(gains), 0
+            for checks in runs.values():
+                b, n = below_running_mean(checks, gains)
+                below, compared = [x + y for x, y in zip(below, b)], compared + n
+            print("| mover's gain | checks below the mean of their configuration's last 3 in their condition by more |")
+            print("|---|---:|")
+            for g, b in zip(gains, below):
+                print(f"| {g:.0%} | {b} / {compared} ({b / max(compared, 1):.1%}) |")
+            print()
     return 0
 
 

@@ -593,8 +593,13 @@ class Mover:
     (no cooldown: every decision is followed by a measured window anyway).
 
     Args:
-        min_gain: measured advantage needed to move (0.02: above a window's
-            noise, since a move costs warm-up iterations).
+        min_gain: measured advantage needed to move (0.02; a move costs
+            warm-up iterations). It is compared with the window just
+            measured, not with a mean: on the CPU testbed and the H100 one
+            window in 4-5 of a configuration whose conditions did not change
+            falls more than 2% below the mean of its last 3 (on the H200 one
+            in 30-75; docs/benchmarks.md 7.22), so a configuration measured
+            level with the one in force is then moved to on noise.
     """
 
     def __init__(self, min_gain: float = 0.02) -> None:
