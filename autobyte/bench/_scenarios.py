@@ -344,6 +344,17 @@ def _suites() -> dict[str, Suite]:
     # a tuner can at best find the best static configuration, paying for its trials, and every change of conditions it
     # reads from noise costs what it sets off (on the H100, single checks 11-14% off their level started regimes
     # whose trials cost up to 3.4% of a run, docs/benchmarks.md 8.5)
+    # long (added in stop 39, before any run of it): do the tuner's trials pay for themselves when a job runs 2-3x longer
+    # than the full suite's scenarios? cnn-step twice over (tune), the held-out MLP walk's first 5 phases and 10 more
+    # of the same seeded walk (held out, as the walk)
+    long = (
+        Scenario("long-cnn-step", "cnn", tuple(Phase(25, c) for c in (fast, slow) * 8), "tune", 16,
+                 "cnn-step twice over: two-rate step 2000/200 Mbit/s every 25 iterations (400 iterations)"),
+        Scenario("heldout-long-mlp-walk", "mlp",
+                 _walk([Condition(300), Condition(1200), Condition(4000), Condition(1200, slowdown=1.5)], 15, 35, seed=12),
+                 "heldout", 64,
+                 "heldout-mlp-walk three times as long: the same seeded walk, 15 phases of 35 iterations (525 iterations)"),
+    )
     steady = (
         Scenario("heldout-steady-cnn", "cnn", (Phase(150, Condition(800)),), "heldout", 16,
                  "CNN at 800 Mbit/s throughout (150 iterations): nothing changes"),
@@ -378,6 +389,8 @@ def _suites() -> dict[str, Suite]:
                        bo_iters=120, window_iters=5, repeats=2, about="2 short scenarios, 4-config grid, a few minutes"),
         "readme": Suite("readme", readme, repeats=3, about="the README's scenario (`autobyte bench --low-mbit 500`), 3 repeats, "
                                                             "the 15-config grid, BO 200 iterations"),
+        "long": Suite("long", long, repeats=2, about="2 scenarios 2-3x as long as the full suite's (400 and 525 iterations; "
+                                                      "1 tune, 1 held out), the 15-config grid: does tuning pay on longer jobs"),
         "steady": Suite("steady", steady, repeats=3, about="2 held-out scenarios whose conditions never change (CNN, "
                                                             "transformer), 3 repeats, the 15-config grid: the cost of tuning"),
         "smoke": Suite("smoke", smoke, partitions=(256 * KiB, 4 * MiB), credits=(2,), grid_iters=2, grid_warmup=1,
