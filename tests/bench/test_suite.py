@@ -153,6 +153,19 @@ def test_steady_suite_holds_its_conditions_and_is_held_out():
     assert {s.model for s in steady.scenarios} == {"cnn", "transformer"}
 
 
+def test_long_suite_extends_a_tuning_and_a_held_out_scenario_of_the_full_suite():
+    full = {s.name: s for s in SUITES["full"].scenarios}
+    long = {s.name: s for s in SUITES["long"].scenarios}
+    assert SUITES["long"].grid() == SUITES["full"].grid() and SUITES["long"].repeats == 2
+    # cnn-step twice over, tagged as cnn-step (tune); the walk's first 5 phases and 10 more of the same walk (held out)
+    step, walk = long["long-cnn-step"], long["heldout-long-mlp-walk"]
+    assert step.phases == full["cnn-step"].phases * 2 and step.tag == "tune" and step.iters == 400
+    assert walk.phases[:5] == full["heldout-mlp-walk"].phases and walk.tag == "heldout" and walk.iters == 525
+    # the walk's four levels; the short walk never drew 300 Mbit/s, the long one does (twice)
+    assert set(walk.conditions()) - set(full["heldout-mlp-walk"].conditions()) == {Condition(300)}
+    assert all(a.condition != b.condition for a, b in zip(walk.phases, walk.phases[1:]))  # every phase a change
+
+
 def test_paper_suite_judges_on_a_held_out_model_and_grid_reaches_small_partitions():
     paper = SUITES["paper"]
     tune = [s for s in paper.scenarios if s.tag == "tune"]
