@@ -246,6 +246,10 @@ register_tuner("autobyte-history-noise", _variant(history_dir=_HISTORY, history_
 register_tuner("autobyte-stop36", _variant(noise_z=None))
 register_tuner("autobyte-history-stop36", _variant(history_dir=_HISTORY, history_write=_HISTORY_WRITE, noise_z=None))
 
+# stop 39: the mover leaves a configuration that has run 2 windows here only when another's mean beats its mean by 2
+# standard deviations of the difference (the ledger's own scatter) as well as by min_gain (mover_z=2; off as it ships)
+register_tuner("autobyte-moverz", _variant(mover_z=2.0))
+
 
 def _history_pick(space: Any, initial: Any) -> Any:
     from autobyte.meta import JobHistory

@@ -40,6 +40,7 @@ from typing import Any, Collection
 
 import numpy as np
 
+from autobyte.core.regime import PAIR_MEMORY, PAIR_MIN, pair_scatter
 from autobyte.core.scheduler import schedule_classes
 from autobyte.core.space import Config, SearchSpace
 from autobyte.core.trigger import AdaptTrigger, GainTrigger
@@ -390,6 +391,9 @@ class Ledger:
         self._aside: tuple[Config, float, float] | None = None
         # the configuration whose own speed showed the last change (and ruled out ``_left``), with that speed
         self._shown: tuple[Config, float] | None = None
+        #: ``|log(window / mean)|`` of the last :data:`~autobyte.core.regime.PAIR_MEMORY` whole windows of a
+        #: configuration measured again in unchanged conditions, against its mean there (:meth:`scatter`)
+        self.gaps: list[float] = []
 
     def observe(self, iteration: int, config: Config, speed: float, changed: bool, weight: float = 1.0) -> Regime:
         """Record ``config`` at ``speed``; returns the regime this window belongs to.
@@ -408,8 +412,21 @@ class Ledger:
         if m is None or r.windows - m[2] > self.stale_windows:
             r.measured[config] = [speed, float(weight), float(r.windows)]
         else:
+            if not changed and weight >= 1.0 and m[0] > 0 and speed > 0:
+                self.gaps.append(abs(math.log(speed / m[0])))
+                del self.gaps[:-PAIR_MEMORY]
             r.measured[config] = [self._join(m, speed, weight), m[1] + weight, float(r.windows)]
         return r
+
+    def scatter(self) -> float | None:
+        """How far a window of a configuration lies from its mean in unchanged conditions (log units, a
+        standard deviation: :func:`~autobyte.core.regime.pair_scatter` of :attr:`gaps`); ``None`` before
+        :data:`~autobyte.core.regime.PAIR_MIN` windows measured again."""
+        return pair_scatter(self.gaps) if len(self.gaps) >= PAIR_MIN else None
+
+    def counts(self) -> dict[Config, float]:
+        """Windows behind each measurement of the current regime (at most ``memory``: the mean's own)."""
+        return {c: min(v[1], float(self.memory)) for c, v in self.current.measured.items()}
 
     def change(self, iteration: int, config: Config | None = None, speed: float | None = None,
                aside: float | None = None) -> Regime:
@@ -566,7 +583,8 @@ class Ledger:
                 "left": None if self._left is None else self._left.ident,
                 "prev": None if self._prev is None else self._prev.ident,
                 "aside": None if self._aside is None else _cfg(self._aside[0]) + list(self._aside[1:]),
-                "shown": None if self._shown is None else _cfg(self._shown[0]) + [self._shown[1]]}
+                "shown": None if self._shown is None else _cfg(self._shown[0]) + [self._shown[1]],
+                "gaps": list(self.gaps)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "regimes" in state:
@@ -583,6 +601,8 @@ class Ledger:
         if "shown" in state:
             w = state["shown"]
             self._shown = None if w is None else (Config(int(w[0]), int(w[1])), float(w[2]))
+        if "gaps" in state:
+            self.gaps = [float(x) for x in state["gaps"]][-PAIR_MEMORY:]
 
 
 # ---------------------------------------------------------------------- moving
@@ -600,23 +620,45 @@ class Mover:
             falls more than 2% below the mean of its last 3 (on the H200 one
             in 30-75; docs/benchmarks.md 7.22), so a configuration measured
             level with the one in force is then moved to on noise.
+        noise_z: with a ``scatter`` (:meth:`Ledger.scatter`), a configuration
+            in force that has run 2 windows or more in these conditions (not a
+            trial on its first) is judged by its mean too, and left only when
+            another's mean beats it by ``noise_z`` standard deviations of the
+            difference of the two means as well (``scatter * sqrt(1/n + 1/m)``
+            for means of ``n`` and ``m`` windows); ``None`` (default):
+            ``min_gain`` against the window just measured, as above.
     """
 
-    def __init__(self, min_gain: float = 0.02) -> None:
+    def __init__(self, min_gain: float = 0.02, noise_z: float | None = None) -> None:
         self.trigger = GainTrigger(min_gain, cooldown_windows=0, revisit_gain=min_gain)
+        self.noise_z = None if noise_z is None else _check_range("noise_z", noise_z, 0.0, 100.0)
 
     def propose(self, window: int, measured: dict[Config, float], current: Config, speed: float,
-                left: Config | None) -> tuple[Config, str] | None:
-        """At ``window`` (a counter), the measured configuration to move to, with the reason, or ``None``."""
+                left: Config | None, counts: dict[Config, float] | None = None,
+                scatter: float | None = None) -> tuple[Config, str] | None:
+        """At ``window`` (a counter), the measured configuration to move to, with the reason, or ``None``.
+
+        ``counts``, ``scatter``: windows behind each measurement and the
+        ledger's scatter, for ``noise_z`` (without either, ``min_gain`` alone).
+        """
         others = {c: v for c, v in measured.items() if c != current}
         if not others:
             return None
         best = max(others, key=others.__getitem__)
+        noise = ""
+        if self.noise_z is not None and scatter is not None and counts is not None and current in measured \
+                and counts.get(current, 0.0) >= 2.0:
+            speed = measured[current]  # like with like: a mean against a mean
+            n, m = max(counts.get(current, 1.0), 1.0), max(counts.get(best, 1.0), 1.0)
+            need = self.noise_z * scatter * math.sqrt(1.0 / n + 1.0 / m)
+            if math.log(others[best] / speed) <= need:
+                return None
+            noise = f"; means of {n:g} and {m:g} windows, {100 * math.expm1(need):.1f}% needed at a scatter of {100 * scatter:.1f}%"
         if not self.trigger.should_reconfigure(window, current, speed, best, others[best]):
             return None
         what = "rollback" if best == left else "measured best"
         return best, (f"{what}: {best} measured {others[best]:.1f} samples/s in these conditions, "
-                      f"{current} {speed:.1f} ({100 * (others[best] / speed - 1):+.1f}%)")
+                      f"{current} {speed:.1f} ({100 * (others[best] / speed - 1):+.1f}%{noise})")
 
 
 class Verifier:

@@ -441,6 +441,17 @@ class AutoByteTuner(Tuner):
             left of 19, on the CPU testbed's 12-62% fewer and 1 real change of
             339 missed, the simulator unchanged; docs/benchmarks.md 7.20;
             ``None``: the fixed threshold only).
+        mover_z: the mover judges a configuration in force that has run 2
+            windows or more here by its mean over the last windows, not by the
+            window just measured, and leaves it only when another's mean beats
+            it by this many standard deviations
+            of the difference of the two means as well as by ``min_gain``
+            (:class:`~autobyte.meta._policies.Mover` ``noise_z``; the scatter
+            is the ledger's own, from windows of one configuration measured
+            again in unchanged conditions). ``None`` (default): ``min_gain``
+            against the window just measured, which on the CPU testbed and
+            the H100 one window in 4-5 falls short of on noise alone
+            (docs/benchmarks.md 7.22).
         shrink: the explorer values a trial by what trials won on this job:
             each predicted gain shrunk to the scale of the improvements this
             job's trials found (:meth:`Payoff.spread
@@ -552,6 +563,7 @@ class AutoByteTuner(Tuner):
         rate_rise: float | None = 0.5,
         step_change: float | None = 0.5,
         noise_z: float | None = 3.0,
+        mover_z: float | None = None,
         shrink: float | None = 0.05,
         history_dir: str | os.PathLike[str] | None = None,
         history_write: bool = True,
@@ -582,7 +594,7 @@ class AutoByteTuner(Tuner):
             raise ValueError("adapt_process must be True (adapt in a worker process) or False (in a thread), "
                              f"but got adapt_process={adapt_process!r}.")
         self.adapter = Adapter(network, time_budget_s=adapt_time_s, process=adapt_process)
-        self.mover = Mover(min_gain)
+        self.mover = Mover(min_gain, noise_z=check_fraction("mover_z", mover_z, 100.0, optional=True))
         # a trial that the aborter would end costs only its first check (half a window and the warm-up)
         self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
                                  abort_iters=min(7, trial_iters), near_best=near_best,
@@ -699,7 +711,8 @@ class AutoByteTuner(Tuner):
             regime.misses = 0 if others and obs.speed > max(others) * (1 + self.mover.trigger.min_gain) else regime.misses + 1
         else:
             self.trial_record.drop()  # no trial ran this window, or conditions changed under it
-        move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left)
+        move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left,
+                                  self.ledger.counts(), self.ledger.scatter())
         if move is not None:
             return self._decide(obs, move[0], move[1], measured[move[0]])
         check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed) if self.verify else None

@@ -162,6 +162,44 @@ def test_mover_goes_to_the_fastest_measured_beyond_its_threshold():
     assert cfg == A and why.startswith("rollback")
 
 
+def test_mover_with_noise_z_judges_an_established_configuration_by_its_mean():
+    m = Mover(min_gain=0.02, noise_z=2.0)
+    # A has run 3 windows (mean 100), its last one dipped to 95; B's mean over 3 windows is 104. Without noise_z the
+    # 95 against 104 moves; with it 104 against A's mean 100 is 3.9%, under exp(2 * 0.04 * sqrt(2/3)) - 1 = 6.8%: it stays
+    assert Mover(min_gain=0.02).propose(1, {A: 100.0, B: 104.0}, A, 95.0, None)[0] == B
+    assert m.propose(1, {A: 100.0, B: 104.0}, A, 95.0, None, {A: 3.0, B: 3.0}, 0.04) is None
+    cfg, why = m.propose(2, {A: 100.0, B: 108.0}, A, 95.0, None, {A: 3.0, B: 3.0}, 0.04)  # 8% > 6.8%: it moves
+    assert cfg == B and "means of 3 and 3 windows, 6.8% needed at a scatter of 4.0%" in why and "(+8.0%" in why
+    # a configuration on its first window here (a trial) is judged by that window and min_gain alone: rolled back
+    cfg, why = m.propose(3, {A: 100.0, B: 97.0}, B, 97.0, A, {A: 3.0, B: 1.0}, 0.04)
+    assert cfg == A and why.startswith("rollback") and "needed" not in why
+    # before the ledger has a scatter, or without counts, min_gain against the window as without noise_z
+    assert m.propose(4, {A: 100.0, B: 104.0}, A, 95.0, None, {A: 3.0, B: 3.0}, None)[0] == B
+    assert m.propose(5, {A: 100.0, B: 104.0}, A, 95.0, None)[0] == B
+    with pytest.raises(ValueError, match="noise_z"):
+        Mover(noise_z=-1.0)
+
+
+def test_ledger_scatter_is_read_from_windows_measured_again_in_unchanged_conditions():
+    led = Ledger()
+    assert led.scatter() is None and led.counts() == {}
+    led.observe(0, A, 100.0, False)
+    for i, v in enumerate([104.0, 97.0, 103.0, 98.0, 102.0]):
+        led.observe(i + 1, A, v, False)
+    assert led.scatter() is None and len(led.gaps) == 5  # PAIR_MIN is 6
+    led.observe(6, A, 100.0, False, weight=0.5)  # half a window (a trial ended at its first check): not a gap
+    led.observe(7, B, 80.0, False)  # a configuration new here: not a gap
+    led.observe(8, A, 60.0, True)  # conditions changed: not a gap
+    assert len(led.gaps) == 5
+    led.observe(9, A, 61.0, False)
+    g = sorted(led.gaps)
+    assert len(g) == 6 and led.scatter() == pytest.approx(1.4826 * (g[2] + g[3]) / 2)  # pair_scatter: the median's
+    assert led.counts() == {A: 2.0}  # the new regime: A measured twice there
+    back = Ledger()
+    back.load_state_dict(json.loads(json.dumps(led.state_dict())))
+    assert back.gaps == led.gaps and back.scatter() == led.scatter()
+
+
 def test_verifier_re_measures_the_config_a_surprising_trial_left():
     v = Verifier(surprise=0.5)
     assert v.propose((B, 100.0, A), B, 120.0, False) is None  # within 50% of its prediction
@@ -1044,6 +1082,17 @@ def test_autobyte_hands_its_noise_z_to_the_controllers_detector(fresh_net):
     assert off.detector is not None and off.detector.noise_z is None
     with pytest.raises(ValueError, match=r"noise_z must be None or a number in \(0, 100\), but got noise_z=0"):
         AutoByteTuner(fresh_net, background=False, noise_z=0)
+
+
+def test_autobyte_hands_its_mover_z_to_the_mover_and_the_ledgers_scatter_with_it(fresh_net):
+    assert AutoByteTuner(fresh_net, background=False).mover.noise_z is None  # off as it ships
+    t = AutoByteTuner(fresh_net, background=False, mover_z=2.0)
+    assert t.mover.noise_z == 2.0
+    _drive(t, GRID[4], [FAST], 16)  # unchanged conditions: configurations measured again give the ledger its gaps
+    assert len(t.ledger.gaps) >= 6 and t.ledger.scatter() is not None
+    assert max(t.ledger.counts().values()) == 3.0  # the mean's windows, at most memory
+    with pytest.raises(ValueError, match=r"mover_z must be None or a number in \(0, 100\), but got mover_z=0"):
+        AutoByteTuner(fresh_net, background=False, mover_z=0)
 
 
 # ---------------------------------------------------------------- trials valued on the job's own landscape (shrink)
