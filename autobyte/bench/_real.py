@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 from ..core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, KiB, MiB, Config
 from ..core._checks import check_int, check_positive
@@ -290,32 +290,45 @@ def summarize(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]]) -> dict[st
 #: The columns of a bench's ``iterations.csv`` (:func:`write_outputs`; :func:`read_iterations` reads them).
 ITERATION_FIELDS = ("method", "iteration", "rate_mbit", "seconds", "samples_per_s", "partition_bytes", "credit_bytes")
 
-_Row = TypeVar("_Row")
+class _Iteration(Protocol):
+    @property
+    def iteration(self) -> int: ...
 
 
-def read_csv_rows(path: str | os.PathLike[str], fields: Sequence[str], what: str,
-                  row: Callable[[dict[str, str]], _Row]) -> list[_Row]:
-    """Every line of a CSV file the bench wrote, made into a row by ``row``, in file order.
+_Row = TypeVar("_Row", bound=_Iteration)
+_Key = TypeVar("_Key")
 
-    ``fields``: the columns the file must have; ``what``: the file's name in
-    an error ("a suite's iterations.csv").
+
+def read_runs(path: str | os.PathLike[str], fields: Sequence[str], what: str, row: Callable[[dict[str, str]], _Row],
+              key: Callable[[_Row], _Key]) -> dict[_Key, list[_Row]]:
+    """Every run in an ``iterations.csv`` the bench wrote, by ``key``, its rows (made by ``row``) in iteration order.
+
+    ``path``: the file, or the folder holding it; ``fields``: the columns the
+    file must have; ``what``: the file's name in an error ("a suite's
+    iterations.csv").
 
     Raises:
         FileNotFoundError: no such file.
         ValueError: a column missing, or a value ``row`` refuses (file and line named).
     """
-    rows: list[_Row] = []
-    with open(path, newline="") as fh:
+    f = Path(path)
+    if f.is_dir():
+        f = f / "iterations.csv"
+    runs: dict[_Key, list[_Row]] = {}
+    with open(f, newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in fields if c not in (reader.fieldnames or [])]
         if missing:
-            raise ValueError(f"{path}: not {what}: columns {missing} missing (has {reader.fieldnames}).")
+            raise ValueError(f"{f}: not {what}: columns {missing} missing (has {reader.fieldnames}).")
         for r in reader:
             try:
-                rows.append(row(r))
+                made = row(r)
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"{path}, line {reader.line_num}: {exc}") from None
-    return rows
+                raise ValueError(f"{f}, line {reader.line_num}: {exc}") from None
+            runs.setdefault(key(made), []).append(made)
+    for rows in runs.values():
+        rows.sort(key=lambda x: x.iteration)
+    return runs
 
 
 class IterationRow(NamedTuple):
@@ -346,15 +359,7 @@ def read_iterations(path: str | os.PathLike[str]) -> dict[str, list[IterationRow
         FileNotFoundError: no such file.
         ValueError: a column missing, or a value that is not a number where one belongs (file and line named).
     """
-    f = Path(path)
-    if f.is_dir():
-        f = f / "iterations.csv"
-    runs: dict[str, list[IterationRow]] = {}
-    for row in read_csv_rows(f, ITERATION_FIELDS, "a bench's iterations.csv", _iteration_row):
-        runs.setdefault(row.method, []).append(row)
-    for rows in runs.values():
-        rows.sort(key=lambda x: x.iteration)
-    return runs
+    return read_runs(path, ITERATION_FIELDS, "a bench's iterations.csv", _iteration_row, lambda r: r.method)
 
 
 def write_outputs(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]], decisions: dict[str, list[dict[str, Any]]],

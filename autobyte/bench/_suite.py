@@ -32,13 +32,12 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
 from ..core.tuners import import_tuners
-from ._real import BASELINE, read_csv_rows
+from ._real import BASELINE, read_runs
 from ._scenarios import SUITES, TAGS, Condition, Scenario, Suite, condition_trace
 
 #: Methods every suite knows; any registered tuner also runs as ``tuner:NAME``.
@@ -84,15 +83,7 @@ def read_iterations(path: str | os.PathLike[str]) -> dict[tuple[str, int], list[
         FileNotFoundError: no such file.
         ValueError: a column missing, or a value that is not a number where one belongs (file and line named).
     """
-    f = Path(path)
-    if f.is_dir():
-        f = f / "iterations.csv"
-    runs: dict[tuple[str, int], list[IterationRow]] = {}
-    for row in read_csv_rows(f, ITERATION_FIELDS, "a suite's iterations.csv", _iteration_row):
-        runs.setdefault((row.method, row.repeat), []).append(row)
-    for rows in runs.values():
-        rows.sort(key=lambda x: x.iteration)
-    return runs
+    return read_runs(path, ITERATION_FIELDS, "a suite's iterations.csv", _iteration_row, lambda r: (r.method, r.repeat))
 
 
 def _positive_number(name: str, value: Any) -> float:
