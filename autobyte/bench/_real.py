@@ -290,6 +290,7 @@ def summarize(plan: BenchPlan, runs: dict[str, list[dict[str, Any]]]) -> dict[st
 #: The columns of a bench's ``iterations.csv`` (:func:`write_outputs`; :func:`read_iterations` reads them).
 ITERATION_FIELDS = ("method", "iteration", "rate_mbit", "seconds", "samples_per_s", "partition_bytes", "credit_bytes")
 
+
 class _Iteration(Protocol):
     @property
     def iteration(self) -> int: ...

@@ -649,7 +649,7 @@ class Mover:
         if self.noise_z is not None and scatter is not None and counts is not None and current in measured \
                 and counts.get(current, 0.0) >= 2.0:
             speed = measured[current]  # like with like: a mean against a mean
-            n, m = max(counts.get(current, 1.0), 1.0), max(counts.get(best, 1.0), 1.0)
+            n, m = counts[current], max(counts.get(best, 1.0), 1.0)  # n >= 2: checked above
             need = self.noise_z * scatter * math.sqrt(1.0 / n + 1.0 / m)
             if math.log(others[best] / speed) <= need:
                 return None
