@@ -259,3 +259,70 @@ def _history_pick(space: Any, initial: Any) -> Any:
 
 # the fair static baseline of autobyte-history: static at the configuration the same history picks
 register_tuner("static-history", _static_from("static-history", _history_pick))
+
+
+def _screen(factors: tuple[float, ...] = (0.25, 4.0), **fixed: Any) -> Callable[..., Tuner]:
+    """AutoByte that, in every set of conditions, first measures a fixed pattern around its start whatever the
+    predictor says: the start and its partition times each of ``factors`` at the start's credit multiple (the
+    nearest configurations of the space), each once, then explores as it ships.
+
+    Stop 40 (docs/benchmarks.md 7.24): following the conditions is worth almost nothing on the suite's scenarios,
+    while the best static configuration's gain over the default is told apart in a median 3.2 windows; the tuner
+    as it ships does not try it because the network ranks other configurations first. The pattern's steps are
+    4x, large enough for one window to see (neighbouring configurations differ by less than a window's noise)."""
+    def factory(network: Any = None, background: bool = True, adapt_time_s: float = 1.0) -> Tuner:
+        from autobyte.core.space import Config, SearchSpace
+        from autobyte.meta import AutoByteTuner
+
+        class Screen:
+            """The tuner's explorer, asked only once every point of the pattern is measured in these conditions."""
+
+            def __init__(self, inner: Any, pattern: list[Config]) -> None:
+                self.inner, self.pattern = inner, pattern
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.inner, name)
+
+            def propose(self, space: SearchSpace, cands: Any, predicted: Any, measured: dict[Config, float],
+                        current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
+                        misses: int = 0, equivalence: Any = None, *rest: Any, skip: Any = ()) -> Any:
+                same = set() if equivalence is None else {equivalence.of(c) for c in [*measured, current]}
+                for cfg in self.pattern:
+                    if (cfg == current or cfg in measured or cfg in skip or horizon <= self.inner.trial_iters
+                            or (equivalence is not None and equivalence.of(cfg) in same)):
+                        continue
+                    return cfg, (f"screen: {cfg}, a step of the fixed pattern around the start, measured once in these "
+                                 f"conditions whatever the prediction ({predicted[space.index(cfg)]:.1f} samples/s; "
+                                 f"best measured {max(measured.values()):.1f})"), 0.0
+                return self.inner.propose(space, cands, predicted, measured, current, speed, sigma, horizon, allowance,
+                                          misses, equivalence, *rest, skip=skip)
+
+        class Screened(AutoByteTuner):
+            def start(self, space: SearchSpace, initial: Config) -> Config:
+                first = super().start(space, initial)
+                inner = self.explorer.inner if isinstance(self.explorer, Screen) else self.explorer
+                pattern: list[Config] = [first]
+                for f in factors:
+                    cfg = space.nearest(Config.from_multiple(max(1, int(first.partition_bytes * f)), first.credit_multiple))
+                    if cfg not in pattern:
+                        pattern.append(cfg)
+                self.explorer = Screen(inner, pattern)  # type: ignore[assignment]
+                return first
+
+            # the pattern is the job's start's: a resumed job (started at the configuration in force) keeps it
+            def state_dict(self) -> dict[str, Any]:
+                return {**super().state_dict(), "screen_pattern": [[c.partition_bytes, c.credit_bytes] for c in self.explorer.pattern]}
+
+            def load_state_dict(self, state: dict[str, Any]) -> None:
+                state = dict(state)
+                pattern = [Config(int(p), int(c)) for p, c in state.pop("screen_pattern")]
+                super().load_state_dict(state)
+                self.explorer.pattern = pattern
+
+        return Screened(network, background=background, adapt_time_s=adapt_time_s, **fixed)
+
+    return factory
+
+
+# stop 40: the pattern (the start, its partition /4 and x4) measured in every set of conditions before the explorer
+register_tuner("autobyte-screen", _screen())
