@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def _times(method: str, repeat: int) -> list[float]:
     for i, c in enumerate(CONDS):
         k = i % 12  # position in the phase: 0-1 settle, 2-6 first window, 7-11 second window
         if method == "bytescheduler":
-            t = 0.10 * (math.exp(0.04) if (c == "a" and k >= 7) else 1.0) if c == "a" else 0.40
+            t = 0.10 * (math.exp(0.04) if k >= 7 else 1.0) if c == "a" else 0.40
         else:
             t = 0.11 if c == "a" else 0.32
         out.append(t * (1.02 if repeat else 1.0))
@@ -78,8 +79,6 @@ def test_the_stop38_full_suite_on_record(load_benchmark, tmp_path):
     bench = load_benchmark("headroom")
     out = tmp_path / "h.json"
     assert bench.main([str(ROOT / "docs" / "figures" / "suite_full_stop38"), "--json", str(out)]) == 0
-    import json
-
     res = {r["scenario"]: r for r in json.loads(out.read_text())}
     assert len(res) == 6
     assert max(r["switch_headroom"] for r in res.values()) == pytest.approx(1.014, abs=0.001)
