@@ -287,8 +287,9 @@ def _screen(factors: tuple[float, ...] = (0.25, 4.0), **fixed: Any) -> Callable[
                         current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
                         misses: int = 0, equivalence: Any = None, *rest: Any, skip: Any = ()) -> Any:
                 same = set() if equivalence is None else {equivalence.of(c) for c in [*measured, current]}
-                for cfg in self.pattern:
-                    if (cfg == current or cfg in measured or cfg in skip or horizon <= self.inner.trial_iters
+                pending = [] if horizon <= self.inner.trial_iters else self.pattern  # no room for a trial here
+                for cfg in pending:
+                    if (cfg == current or cfg in measured or cfg in skip
                             or (equivalence is not None and equivalence.of(cfg) in same)):
                         continue
                     return cfg, (f"screen: {cfg}, a step of the fixed pattern around the start, measured once in these "
