@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import multiprocessing.process
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +14,26 @@ from typing import Callable
 import pytest
 
 from autobyte.bench._suite import ITERATION_FIELDS
+
+def _fast_layer(config: pytest.Config) -> bool:
+    """Whether this run is the fast layer (``-m "not integration"``)."""
+    return "not integration" in (config.getoption("markexpr", "") or "")
+
+
+@pytest.fixture(autouse=True)
+def _fast_layer_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the fast layer a test that starts a process fails, naming the marker it lacks: the layer's promise
+    (no subprocess, no rank, no namespace) is checked, not trusted."""
+    if not _fast_layer(request.config):
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"{request.node.nodeid} starts a process but is not marked integration: "
+                           "add pytest.mark.integration (the fast layer, -m 'not integration', starts none)")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+
 
 #: the repository's benchmark scripts (not a package: loaded by path)
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
