@@ -22,7 +22,9 @@ runs continuously (ByteScheduler's default, ``bytescheduler``, and the best stat
 
 Usage (repository root)::
 
-    python benchmarks/headroom.py docs/figures/suite_full_stop38 [more suite folders] [--window 10] [--settle 2]
+    python benchmarks/headroom.py SUITE_OUT [more suite folders] [--window 10] [--settle 2] [--json FILE]
+
+where each SUITE_OUT is the ``--out`` folder of an ``autobyte bench --suite`` run (one folder per scenario).
 
 Writes the table to stdout (markdown). Scenarios without both static methods are listed as skipped.
 """

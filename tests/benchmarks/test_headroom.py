@@ -11,7 +11,6 @@ import pytest
 
 from autobyte.bench._suite import ITERATION_FIELDS
 
-ROOT = Path(__file__).resolve().parents[2]
 #: two phases of each condition, 12 iterations each: a fast link "a" and a slow one "b"
 CONDS = ["a"] * 12 + ["b"] * 12 + ["a"] * 12 + ["b"] * 12
 
@@ -74,20 +73,29 @@ def test_gain_headroom_and_noise_from_known_runs(load_benchmark, tmp_path, capsy
     assert f"| +{100 * (r['switch_headroom'] - 1):.1f}% (-) |" in out and "| sc | b (2 x 12, " in out
 
 
-def test_the_stop38_full_suite_on_record(load_benchmark, tmp_path):
-    # docs/benchmarks.md 7.24: the figures of the whole full suite run in stop 38
+def test_the_grids_and_the_tag_are_read_from_the_scenarios_summary(load_benchmark, tmp_path):
+    # a summary.json as the suite writes it: the tag, the two static configurations, the trace's phases and
+    # per condition the grid's speeds; the grid's best at b is a third configuration
     bench = load_benchmark("headroom")
+    d, h, x = (4000000, 16000000), (1048576, 4194304), (262144, 1048576)
+    grids = {"a": {f"{d[0]},{d[1]}": 10.0, f"{h[0]},{h[1]}": 9.0, f"{x[0]},{x[1]}": 8.0},
+             "b": {f"{d[0]},{d[1]}": 2.5, f"{h[0]},{h[1]}": 3.0, f"{x[0]},{x[1]}": 4.0}}
+    folder = _suite(tmp_path) / "sc"
+    (folder / "summary.json").write_text(json.dumps({
+        "tag": "heldout", "configs": {"bytescheduler": list(d), "hindsight": list(h)},
+        "phases": [[12, "a"], [12, "b"], [12, "a"], [12, "b"]], "grids": grids}))
+    r = bench.analyse(folder, window=5, settle=2)
+    assert r["tag"] == "heldout"
+    # the trace at hindsight's configuration over the trace at each condition's fastest, as the grids predict
+    assert r["grid_headroom"] == pytest.approx((24 / 9.0 + 24 / 3.0) / (24 / 10.0 + 24 / 4.0), rel=1e-9)
+    # the grids' ratio of hindsight's configuration to the default's, per condition
+    by = {c["condition"]: c for c in r["conditions"]}
+    assert by["a"]["grid_gain"] == pytest.approx(9.0 / 10.0 - 1, rel=1e-9)
+    assert by["b"]["grid_gain"] == pytest.approx(3.0 / 2.5 - 1, rel=1e-9)
     out = tmp_path / "h.json"
-    assert bench.main([str(ROOT / "docs" / "figures" / "suite_full_stop38"), "--json", str(out)]) == 0
-    res = {r["scenario"]: r for r in json.loads(out.read_text())}
-    assert len(res) == 6
-    assert max(r["switch_headroom"] for r in res.values()) == pytest.approx(1.014, abs=0.001)
-    assert res["cnn-step"]["hindsight_vs_default"] == pytest.approx(1.038, abs=0.001)
-    # over every grid configuration, as the grids predict: 0-3.2%
-    assert max(r["grid_headroom"] for r in res.values()) == pytest.approx(1.032, abs=0.001)
-    assert min(r["grid_headroom"] for r in res.values()) == pytest.approx(1.0, abs=1e-9)  # hindsight's pick is each phase's
-    step = {c["condition"]: c for c in res["cnn-step"]["conditions"]}
-    assert step["200mbit"]["gain"] == pytest.approx(0.054, abs=0.001) and step["2000mbit"]["gain"] < 0
+    assert bench.main([str(tmp_path), "--window", "5", "--json", str(out)]) == 0
+    [written] = json.loads(out.read_text())
+    assert written["scenario"] == "sc" and written["grid_headroom"] == pytest.approx(r["grid_headroom"], rel=1e-12)
 
 
 def test_the_grids_headroom_is_the_trace_at_each_conditions_fastest(load_benchmark):
