@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from autobyte.testing import launch
+    from autobyte.testing import run_ranks
 
     if not args.out:
         ap.error("--out is required: the directory for bench_gpu.json and bench_gpu.md.")
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = "%.2f %.2f %.2f" % os.getloadavg()
     root = str(Path(__file__).resolve().parents[1])
     env = {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    res = launch([str(Path(__file__).resolve()), "--worker", json.dumps(opts)], 2, env=env, timeout_s=args.timeout_s)
+    res = run_ranks([str(Path(__file__).resolve()), "--worker", json.dumps(opts)], 2, env=env, timeout_s=args.timeout_s)
     for r in res:
         if r.returncode != 0:
             print(f"rank {r.rank} failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}", file=sys.stderr)

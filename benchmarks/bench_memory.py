@@ -125,10 +125,10 @@ def main() -> None:
         return
     import tempfile
 
-    from autobyte.testing import launch
+    from autobyte.testing import run_ranks
 
     with tempfile.TemporaryDirectory() as out:
-        res = launch([os.path.abspath(__file__), "--iters", str(a.iters), "--rank-out", out], 2, timeout_s=3600)
+        res = run_ranks([os.path.abspath(__file__), "--iters", str(a.iters), "--rank-out", out], 2, timeout_s=3600)
         for r in res:
             if r.returncode != 0:
                 sys.exit(f"rank {r.rank} failed:\n{r.stderr[-3000:]}")

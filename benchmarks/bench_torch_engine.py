@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 
-from autobyte.testing import launch
+from autobyte.testing import run_ranks
 from autobyte.core import KiB, MiB, UNLIMITED
 
 GRID = [
@@ -59,7 +59,7 @@ def main() -> int:
             "tuner": None if args.ready_order else "static"}
     argv = ["-m", "autobyte.bench.torch_ranks", json.dumps(opts)]
     if args.mbit is None:
-        res = launch(argv, 2, timeout_s=3600)
+        res = run_ranks(argv, 2, timeout_s=3600)
         for r in res:
             if r.returncode != 0:
                 print(r.stderr[-4000:], file=sys.stderr)

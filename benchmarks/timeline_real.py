@@ -45,9 +45,9 @@ def main() -> int:
     out = os.path.abspath(a.out)
     argv = ["-c", SCRIPT, out]
     if a.mbit is None:
-        from autobyte.testing import launch
+        from autobyte.testing import run_ranks
 
-        res = launch(argv, 2, timeout_s=600)
+        res = run_ranks(argv, 2, timeout_s=600)
         if any(r.returncode for r in res):
             print(res[0].stderr[-3000:], file=sys.stderr)
             return 1

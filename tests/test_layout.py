@@ -52,3 +52,12 @@ def test_the_checks_see_imports() -> None:
     # the rules above would pass vacuously if the import reader found nothing
     assert "autobyte.bench.collect" in _imports(PKG / "bench" / "_measure_cli.py")
     assert "autobyte.core._checks" in _imports(PKG / "core" / "trigger.py")
+
+
+def test_the_local_rank_launcher_is_run_ranks_and_launch_a_deprecated_alias() -> None:
+    import autobyte.testing as testing
+
+    assert "run_ranks" in testing.__all__ and "launch" not in testing.__all__
+    with pytest.warns(DeprecationWarning, match="renamed autobyte.testing.run_ranks") as caught:
+        assert testing.launch(["-c", "pass"], 0) == testing.run_ranks(["-c", "pass"], 0) == []  # 0 ranks: starts nothing
+    assert [w.filename for w in caught] == [__file__]  # stacklevel=2: the warning points at the caller's line

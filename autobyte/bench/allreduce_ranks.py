@@ -2,7 +2,7 @@
 
 Run as ``python -m autobyte.bench.allreduce_ranks SPEC_JSON OUT_DIR`` on every
 worker (under ``autobyte launch`` / :func:`autobyte.testbed.launch`, or
-:func:`autobyte.testing.launch` on loopback). ``SPEC_JSON`` fields:
+:func:`autobyte.testing.run_ranks` on loopback). ``SPEC_JSON`` fields:
 
 - ``method``: ``"ddp"`` (plain DistributedDataParallel), ``"static"``
   (``config``), ``"tuner"`` (``tuner`` name, start ``config``,

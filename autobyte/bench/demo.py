@@ -87,9 +87,9 @@ def _run_job(spec: dict[str, Any], out: str, plan: DemoPlan, shaped: bool) -> li
         with Testbed(2, trace=trace) as tb:
             rc = tb.run([sys.executable, *argv], timeout_s=plan.timeout_s, env=env, events_log=os.path.join(out, "events.jsonl"))
     else:
-        from ..testing import launch
+        from ..testing import run_ranks
 
-        res = launch(argv, 2, timeout_s=plan.timeout_s, one_node_per_rank=True, stream_rank0=True, env=env)
+        res = run_ranks(argv, 2, timeout_s=plan.timeout_s, one_node_per_rank=True, stream_rank0=True, env=env)
         rc = next((r.returncode for r in res if r.returncode != 0), 0)
         if rc != 0:
             for r in res:

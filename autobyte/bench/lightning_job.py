@@ -3,7 +3,7 @@
 Run as ``python -m autobyte.bench.lightning_job SPEC_JSON OUT_DIR`` on every
 worker, one process per node (``num_nodes=WORLD_SIZE, devices=1``), with the
 ``torch.distributed`` environment set (``autobyte launch`` sets it; on
-loopback :func:`autobyte.testing.launch` with ``NODE_RANK`` = rank).
+loopback :func:`autobyte.testing.run_ranks` with ``NODE_RANK`` = rank).
 
 ``SPEC_JSON``: ``method`` is ``"ddp"`` (plain Lightning DDP), ``"static"`` or
 ``"tuner"`` (``AutoByteCallback`` with ``tuner`` and a start ``config``);

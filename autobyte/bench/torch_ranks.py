@@ -1,7 +1,7 @@
 """One rank of a side-by-side throughput run: plain DDP vs the scheduled engine.
 
 Run as ``python -m autobyte.bench.torch_ranks JSON`` under ``torchrun`` or
-:func:`autobyte.testing.launch`. The JSON gives ``modes`` (a list of
+:func:`autobyte.testing.run_ranks`. The JSON gives ``modes`` (a list of
 ``"ddp"`` or ``[partition_bytes, credit_bytes]``), ``rounds``, ``iters``,
 ``batch_size``, ``warmup`` and ``tuner`` (the engine's, default
 ``"static"``: priority order estimated at window checks; ``null``: none,

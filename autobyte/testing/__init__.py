@@ -1,7 +1,10 @@
 """Test helpers that ship with autobyte: real multi-rank launches and the contract suites.
 
-* :func:`launch` runs ``python argv`` as N ranks on this host with the
+* :func:`run_ranks` runs ``python argv`` as N ranks on this host with the
   ``torch.distributed`` ``env://`` variables set (as ``torchrun`` does).
+  (``launch`` is its former name, kept one release with a
+  :class:`DeprecationWarning`; ``autobyte launch`` is the command that runs
+  workers in shaped network namespaces.)
 * :class:`SwitchOnce` and :class:`AlwaysMove`: scripted tuners whose
   decisions are known in advance.
 * :mod:`autobyte.testing.tuner_contract`: the checks every
@@ -16,7 +19,7 @@ message; ``tests/contract/`` runs them over every registered implementation.
 
 from __future__ import annotations
 
-from ._launch import RankResult, exit_rank, free_port, launch
+from ._launch import RankResult, exit_rank, free_port, launch, run_ranks
 from ._tuners import AlwaysMove, SwitchOnce
 
-__all__ = ["AlwaysMove", "RankResult", "SwitchOnce", "exit_rank", "free_port", "launch"]
+__all__ = ["AlwaysMove", "RankResult", "SwitchOnce", "exit_rank", "free_port", "run_ranks"]

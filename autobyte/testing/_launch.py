@@ -1,4 +1,4 @@
-"""Launch real multi-process jobs on this host (tests, benchmarks, examples): ``autobyte.testing.launch``.
+"""Run real multi-process jobs on this host (tests, benchmarks, examples): ``autobyte.testing.run_ranks``.
 
 Each rank is a separate ``python`` process with the environment variables
 ``torch.distributed``'s ``env://`` rendezvous reads (RANK, WORLD_SIZE,
@@ -13,8 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
-from typing import Mapping, NoReturn, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 
 def exit_rank(code: int = 0) -> NoReturn:
@@ -46,7 +47,7 @@ class RankResult:
     seconds: float
 
 
-def launch(
+def run_ranks(
     argv: Sequence[str],
     world_size: int = 2,
     *,
@@ -93,7 +94,7 @@ def launch(
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 out, err = p.communicate()
-                err = (err or "") + f"\n[autobyte launch] rank {rank} killed after {timeout_s:g} s"
+                err = (err or "") + f"\n[autobyte.testing.run_ranks] rank {rank} killed after {timeout_s:g} s"
             results[rank] = RankResult(rank, p.returncode, out or "", err or "", time.monotonic() - t0)
     finally:
         for p in procs:
@@ -101,3 +102,13 @@ def launch(
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     return [r for r in results if r is not None]
+
+
+def launch(*args: Any, **kwargs: Any) -> list[RankResult]:
+    """Deprecated name of :func:`run_ranks` (it is not ``autobyte launch``, which shapes network namespaces).
+
+    Warns with :class:`DeprecationWarning`; removed in the next release.
+    """
+    warnings.warn("autobyte.testing.launch is renamed autobyte.testing.run_ranks (the same function); "
+                  "launch is removed in the next release.", DeprecationWarning, stacklevel=2)
+    return run_ranks(*args, **kwargs)

@@ -174,10 +174,10 @@ class TorchHarness(Harness):
         return None
 
     def run(self, out: Path, job: Job) -> list[RankOutput]:
-        from . import launch
+        from . import run_ranks
 
         out.mkdir(parents=True, exist_ok=True)
-        res = launch(["-m", "autobyte.testing._torch_worker", str(out), job.to_json(**self.worker_opts)], 2,
+        res = run_ranks(["-m", "autobyte.testing._torch_worker", str(out), job.to_json(**self.worker_opts)], 2,
                      timeout_s=job.timeout_s + 240, env=_pythonpath())
         return [_read(out, r.rank, r.returncode, r.stdout + r.stderr) for r in res]
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from autobyte.testing import launch
+from autobyte.testing import run_ranks
 
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
@@ -70,7 +70,7 @@ def test_advice_from_a_real_two_rank_ddp_job():
     """2 Lightning ranks on gloo (strategy="ddp"); each asks for the advice after its first window, with the
     link measured by the job itself."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_advise_rank.py")
-    res = launch([script], 2, timeout_s=300, one_node_per_rank=True)
+    res = run_ranks([script], 2, timeout_s=300, one_node_per_rank=True)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
     got = [json.loads(ln[len("ADVICE "):]) for r in res for ln in r.stdout.splitlines() if ln.startswith("ADVICE ")]

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from autobyte.bench.emulate_torch import EmulatedModel, expected_average, grad_pattern, make_emulated  # noqa: E402
 from autobyte.bench.emulation import Emulation  # noqa: E402
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -93,7 +93,7 @@ def test_bad_arguments_are_named(kw, match):
 
 @pytest.mark.parametrize("mode", ["schedule", "ddp"])
 def test_two_real_ranks_average_the_emulated_gradients(tmp_path, mode):
-    res = launch([os.path.join(HERE, "emulated_rank.py"), str(tmp_path), mode], 2, timeout_s=240)
+    res = run_ranks([os.path.join(HERE, "emulated_rank.py"), str(tmp_path), mode], 2, timeout_s=240)
     assert all(r.returncode == 0 for r in res), [r.stderr[-2000:] for r in res]
     out = json.loads((tmp_path / "result.json").read_text())
     assert out["bad_total"] == 0, out["bad_layers"]

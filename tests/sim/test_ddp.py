@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from autobyte.testing import launch
+from autobyte.testing import run_ranks
 from autobyte.sim import GBPS, Cluster, ModelProfile, bucket_limits, ddp_buckets, get_model, simulate_ddp
 from autobyte.sim._ddp import FIRST_BUCKET_BYTES
 
@@ -60,7 +60,7 @@ def test_bucket_limits_follow_ddps_rule():
 
 @pytest.fixture(scope="module")
 def real_ddp_buckets():
-    res = launch([os.path.join(HERE, "ddp_buckets_rank.py")], 2, timeout_s=240)
+    res = run_ranks([os.path.join(HERE, "ddp_buckets_rank.py")], 2, timeout_s=240)
     assert all(r.returncode == 0 for r in res), res[0].stderr[-3000:] + res[1].stderr[-3000:]
     line = next(ln for ln in res[0].stdout.splitlines() if ln.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
