@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras")
 if keras.backend.backend() != "torch":
     pytest.skip("Keras was imported on another backend in this session", allow_module_level=True)
 
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations.keras import AutoByteCallback  # noqa: E402
 
@@ -30,7 +30,7 @@ CPU = {"KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": ""}
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("keras")
-    res = launch([SCRIPT, str(out)], 2, timeout_s=300, env=CPU)
+    res = run_ranks([SCRIPT, str(out)], 2, timeout_s=300, env=CPU)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     load = lambda name: np.load(out / f"{name}.npz", allow_pickle=False)  # noqa: E731
@@ -260,7 +260,7 @@ def test_gpu_placement_rejects_a_local_rank_outside_the_machine():
 def test_two_ranks_on_the_gpus_of_this_machine(tmp_path):
     """2 processes on CUDA: NCCL with one GPU each where there are 2+, the gloo fallback on one GPU."""
     n = torch.cuda.device_count()
-    res = launch([SCRIPT, str(tmp_path)], 2, timeout_s=300, env={"KERAS_BACKEND": "torch"})
+    res = run_ranks([SCRIPT, str(tmp_path)], 2, timeout_s=300, env={"KERAS_BACKEND": "torch"})
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     want = "this one cuda:0, nccl" if n >= 2 else "2 processes share 1 GPU(s), this one on cuda:0: averaging over gloo"

@@ -19,7 +19,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 torch = pytest.importorskip("torch")
 keras = pytest.importorskip("keras")
 
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 
 TIMEOUT_S = 5
 
@@ -73,7 +73,7 @@ WORKER = textwrap.dedent('''
 def test_stopped_peer_under_keras_fit_gives_peer_lost_error_within_timeout(tmp_path):
     script = tmp_path / "keras_stopped.py"
     script.write_text(WORKER)
-    res = launch([str(script), str(tmp_path), str(TIMEOUT_S)], 2, timeout_s=150,
+    res = run_ranks([str(script), str(tmp_path), str(TIMEOUT_S)], 2, timeout_s=150,
                  env={"KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": ""})
     survivor, stopped = res
     assert survivor.returncode == 3, survivor.stdout[-2000:] + survivor.stderr[-3000:]

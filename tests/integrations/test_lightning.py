@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations import lightning as ab_lightning  # noqa: E402
 from autobyte.integrations.lightning import AutoByteCallback  # noqa: E402
@@ -25,7 +25,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "lightning_train.py"
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("lightning")
-    res = launch([SCRIPT, str(out)], 2, timeout_s=400)
+    res = run_ranks([SCRIPT, str(out)], 2, timeout_s=400)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     return out, [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)], res

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations.torch import schedule  # noqa: E402
 
@@ -23,7 +23,7 @@ TIMEOUT_S = 5
 
 
 def run(tmp_path, scenario: str, opts: dict | None = None, timeout_s: float = 120.0):
-    res = launch([WORKER, scenario, str(tmp_path), json.dumps(opts or {})], 2, timeout_s=timeout_s)
+    res = run_ranks([WORKER, scenario, str(tmp_path), json.dumps(opts or {})], 2, timeout_s=timeout_s)
     out = []
     for r in range(2):
         f = tmp_path / f"rank{r}.json"
@@ -141,7 +141,7 @@ def test_reconfigure_before_first_step_and_noop_at_world_size_one():
 def test_lightning_accumulation_matches_ddp_with_ddps_rounds(tmp_path):
     pytest.importorskip("lightning.pytorch")
     script = os.path.join(os.path.dirname(__file__), "scripts", "lightning_accumulate.py")
-    res = launch([script, str(tmp_path)], 2, timeout_s=300)
+    res = run_ranks([script, str(tmp_path)], 2, timeout_s=300)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     for rank in range(2):
@@ -156,7 +156,7 @@ def test_lightning_accumulation_matches_ddp_with_ddps_rounds(tmp_path):
 
 
 def test_plain_pytorch_prints_one_line_per_reconfiguration_on_rank_0(tmp_path):
-    res = launch([WORKER, "verbose", str(tmp_path), "{}"], 2, timeout_s=120)
+    res = run_ranks([WORKER, "verbose", str(tmp_path), "{}"], 2, timeout_s=120)
     for r in res:
         assert r.returncode == 0, r.stderr[-3000:]
     loud, quiet = res[0].stdout.split("PHASE quiet=True")
@@ -169,7 +169,7 @@ def test_plain_pytorch_prints_one_line_per_reconfiguration_on_rank_0(tmp_path):
 def test_lightning_stopped_peer_is_bounded_by_the_strategy_timeout_plus_timeout_s(tmp_path):
     pytest.importorskip("lightning.pytorch")
     script = os.path.join(os.path.dirname(__file__), "scripts", "lightning_stopped.py")
-    res = launch([script, str(tmp_path), "5", str(TIMEOUT_S)], 2, timeout_s=150)
+    res = run_ranks([script, str(tmp_path), "5", str(TIMEOUT_S)], 2, timeout_s=150)
     survivor, stopped = res
     assert survivor.returncode == 3, survivor.stdout[-2000:] + survivor.stderr[-3000:]
     assert stopped.returncode == -9

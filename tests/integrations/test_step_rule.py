@@ -9,14 +9,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "step_job.py"
 
 
 @pytest.mark.parametrize("mode", ["on", "off"])
 def test_a_change_inside_a_check_is_read_from_rank0s_iteration_times(tmp_path, mode):
-    res = launch([str(SCRIPT), str(tmp_path), mode], 2, timeout_s=240)
+    res = run_ranks([str(SCRIPT), str(tmp_path), mode], 2, timeout_s=240)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     out = json.loads((tmp_path / f"{mode}.json").read_text())

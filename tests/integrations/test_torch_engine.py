@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from autobyte.core import KiB, MiB, UNLIMITED  # noqa: E402
 from autobyte.integrations.torch import schedule  # noqa: E402
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 from autobyte.testing import engine_contract as ec  # noqa: E402
 
 # Equivalence with DDP, reconfiguration at an agreed iteration, rank skew, a lost peer and bad
@@ -19,7 +19,7 @@ from autobyte.testing import engine_contract as ec  # noqa: E402
 
 
 def run(tmp_path, scenario: str, timeout_s: float = 240.0):
-    res = launch(["-m", "autobyte.testing._torch_worker", str(tmp_path), json.dumps({"scenario": scenario})], 2,
+    res = run_ranks(["-m", "autobyte.testing._torch_worker", str(tmp_path), json.dumps({"scenario": scenario})], 2,
                  timeout_s=timeout_s)
     return res, [json.loads((tmp_path / f"rank{r}.json").read_text()) if (tmp_path / f"rank{r}.json").exists() else None
                  for r in range(2)]

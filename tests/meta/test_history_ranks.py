@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 from autobyte.core.space import Config, KiB, MiB  # noqa: E402
 from autobyte.meta._history import JobHistory  # noqa: E402
 from autobyte.meta._policies import Regime  # noqa: E402
-from autobyte.testing import launch  # noqa: E402
+from autobyte.testing import run_ranks  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "history_job.py"
 
@@ -22,7 +22,7 @@ def test_two_ranks_start_where_the_history_says_and_rank0_keeps_the_job(tmp_path
     history = tmp_path / "history"
     JobHistory(history).save("past", [Regime(i, {given: [lv, 3.0, 1.0], fast: [lv * 1.2, 3.0, 1.0]})
                                       for i, lv in enumerate([50.0, 90.0])])
-    res = launch([str(SCRIPT), str(tmp_path), str(history)], 2, timeout_s=240)
+    res = run_ranks([str(SCRIPT), str(tmp_path), str(history)], 2, timeout_s=240)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     out = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
