@@ -27,7 +27,6 @@ _CLI_MODULES = (
     "autobyte.sim._cli",
     "autobyte.meta._cli",
     "autobyte.testbed._cli",
-    "autobyte.bench._measure_cli",
     "autobyte.bench._cli",
     "autobyte._advise_cli",
 )

@@ -2,8 +2,8 @@
 
     python benchmarks/bench_calibration.py [--raw runs/calib/raw] [--starts 2]
 
-Reads the raw measurements of ``autobyte calibrate`` (measure first with
-``sudo autobyte calibrate --out runs/calib``; this script never measures) and
+Reads the raw measurements of ``benchmarks/calibrate.py`` (measure first with
+``sudo python benchmarks/calibrate.py --out runs/calib``; this script never measures) and
 scores, on the same points, the mean absolute percentage error of the
 simulated iteration time for:
 
@@ -11,8 +11,8 @@ simulated iteration time for:
   defaults: 100 us per message, 25 us latency, the shaped rate as the link
   rate, compute from the CPU profile unscaled);
 * ``compute only``: defaults, with only ``compute_scale`` fitted;
-* ``calibrated``: every parameter of ``autobyte.bench.calibrate.PARAMS``
-  fitted on the fit part of the grid (as ``autobyte calibrate`` does).
+* ``calibrated``: every parameter of ``calibrate.PARAMS``
+  fitted on the fit part of the grid (as ``benchmarks/calibrate.py`` does).
 
 Errors are reported on the fit part and on the held-out part; the ratio
 column is each MAPE over the calibrated one. Also prints the fit's CPU time.
@@ -21,12 +21,16 @@ column is each MAPE over the calibrated one. Also prints the fit's CPU time.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-from autobyte.bench.collect import read_measurement
-from autobyte.bench.calibrate import CalibrationPlan, SimParams, fit, model_profile, points_from, simulate_iter_s
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling scripts calibrate.py and collect.py
+
+from calibrate import CalibrationPlan, SimParams, fit, model_profile, points_from, simulate_iter_s  # noqa: E402
+from collect import read_measurement  # noqa: E402
 
 
 def _mape(model, params, pts) -> float:  # type: ignore[no-untyped-def]
@@ -35,7 +39,7 @@ def _mape(model, params, pts) -> float:  # type: ignore[no-untyped-def]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--raw", default="runs/calib/raw", help="raw/ folder of an `autobyte calibrate` run")
+    ap.add_argument("--raw", default="runs/calib/raw", help="raw/ folder of a benchmarks/calibrate.py run")
     ap.add_argument("--starts", type=int, default=2)
     a = ap.parse_args()
     import json

@@ -45,13 +45,13 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, HERE]  # the package, and the sibling scripts calibrate.py and evaluate.py
 
 from autobyte.bench import _real  # noqa: E402
 from autobyte.bench._suite import read_iterations  # noqa: E402
-from autobyte.bench.calibrate import SimParams, fit, simulate_iter_s  # noqa: E402
 from autobyte.bench.emulation import Emulation  # noqa: E402
 from autobyte.core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config  # noqa: E402
+from calibrate import SimParams, fit, simulate_iter_s  # noqa: E402
 
 CALIB = os.path.join(ROOT, "docs", "figures", "calib_params.json")
 #: Parameters fitted on emulated runs (the profile's compute is exact; ``compute_scale`` absorbs the host's slow-down).
@@ -246,7 +246,7 @@ def simulate_methods(prof: Any, params: SimParams, sc: dict[str, Any], grid: Seq
     """The simulator's own run of the suite's methods on the same trace (its own grid, BO and AutoByte)."""
     from autobyte.core.space import SearchSpace
     from autobyte.core.tuners import make_tuner
-    from autobyte.meta._evaluate import CHECK, bo_config, run_tuner
+    from evaluate import CHECK, bo_config, run_tuner
 
     arch = sc.get("arch", "allreduce")
     phases = _trace_conds(sc)

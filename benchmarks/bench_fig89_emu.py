@@ -43,10 +43,10 @@ sys.path[:0] = [ROOT, HERE]
 from bench_emulated import fitted_params, sim_baseline_iter_s, sim_iter_s  # noqa: E402
 
 from autobyte.bench._real import ARCHS, BASELINE, BenchPlan, read_iterations, run_bench  # noqa: E402
-from autobyte.bench.calibrate import SimParams  # noqa: E402
 from autobyte.bench.emulation import Emulation  # noqa: E402
 from autobyte.core import BYTESCHEDULER_DEFAULT, MiB, Config  # noqa: E402
 from autobyte.sim import MODELS  # noqa: E402
+from calibrate import SimParams  # noqa: E402
 
 COMPUTE_SCALE = 10.0
 #: AutoByte decides every WINDOW_ITERS iterations: 30 iterations are the simulator's 6 windows.

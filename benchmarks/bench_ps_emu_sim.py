@@ -4,21 +4,24 @@
 
 Same set-up as ``autobyte bench --arch ps --model emu:resnet50``: the scaled
 profile (:meth:`Emulation.scaled_profile`), 2 workers, PS with one server per
-worker, the step trace starting high. Methods as in ``autobyte evaluate``
-(``autobyte.meta._evaluate``): baseline (25 MiB, unlimited: the simulator's
+worker, the step trace starting high. Methods as in ``benchmarks/evaluate.py``:
+baseline (25 MiB, unlimited: the simulator's
 unscheduled operating point), ByteScheduler's default, static BO (searched at
 the first rate), the best static in hindsight, the per-phase oracle and
 AutoByte (the shipped meta-network), on ``EVAL_SPACE``.
 """
 
 import json
+import os
 import sys
 
-from autobyte import sim
-from autobyte.bench.emulation import Emulation, scaled_mbit
-from autobyte.core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT
-from autobyte.meta import _evaluate as ev
-from autobyte.meta._network import MetaNetwork
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling script evaluate.py
+
+import evaluate as ev  # noqa: E402
+from autobyte import sim  # noqa: E402
+from autobyte.bench.emulation import Emulation, scaled_mbit  # noqa: E402
+from autobyte.core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT  # noqa: E402
+from autobyte.meta._network import MetaNetwork  # noqa: E402
 
 out = sys.argv[1]
 high, low, every, iters = (float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 \

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 
@@ -57,7 +58,7 @@ def main() -> int:
     rounds = 2 if args.quick else args.rounds
     opts = {"modes": modes, "rounds": rounds, "iters": args.iters, "batch_size": args.batch_size,
             "tuner": None if args.ready_order else "static"}
-    argv = ["-m", "autobyte.bench.torch_ranks", json.dumps(opts)]
+    argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ranks.py"), json.dumps(opts)]
     if args.mbit is None:
         res = run_ranks(argv, 2, timeout_s=3600)
         for r in res:

@@ -57,7 +57,7 @@ def main() -> int:
         with Testbed(2, bandwidth_mbit=a.mbit) as tb:
             if tb.run([sys.executable, *argv], timeout_s=600) != 0:
                 return 1
-    from autobyte.bench.timeline_plot import plot_trace
+    from timeline_plot import plot_trace  # the sibling script (benchmarks/ is sys.path[0] when run as a script)
 
     with open(os.path.join(out, "timeline_rank0.json")) as f:
         trace = json.load(f)

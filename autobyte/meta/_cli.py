@@ -1,4 +1,4 @@
-"""``autobyte meta-data``, ``autobyte train-meta`` and ``autobyte evaluate``."""
+"""``autobyte dataset generate`` (meta-network training data from the simulator) and ``autobyte train-meta``."""
 
 from __future__ import annotations
 
@@ -8,26 +8,33 @@ from pathlib import Path
 from typing import Any
 
 
-#: What ``autobyte evaluate --only`` accepts (the experiments of ``_evaluate.run_all``).
-EXPERIMENTS = ("fig5", "fig6", "fig7", "fig89", "steady", "shift")
-
-
 def register(sub: Any) -> None:
-    from ..cli import file_arg, int_arg, list_arg, out_arg
+    from ..cli import file_arg, int_arg, out_arg
 
-    p = sub.add_parser("meta-data", help="draw meta-network training data from the simulator (.npz)")
-    p.add_argument("--out", required=True, type=out_arg("--out", suffix=".npz"), help="output .npz file")
-    p.add_argument("--contexts", type=int_arg("--contexts", 1, 10**7), default=1500,
+    d = sub.add_parser("dataset", help="draw meta-network training data from the simulator (one .npz per run)",
+                       description="Meta-network training data from the simulator: windows of a job under a current "
+                                   "configuration, each with candidate configurations and the speed the simulator gives "
+                                   "them in the same conditions. `autobyte train-meta --data` reads it.")
+    dsub = d.add_subparsers(dest="dataset_command", metavar="ACTION")
+    g = dsub.add_parser("generate", help="draw windows from the simulator into one .npz",
+                        description="Draw --contexts windows (random model, workers, architecture, bandwidth, stragglers, "
+                                    "shared GPUs, latency and per-message cost), each with --candidates configurations "
+                                    "simulated in the same conditions, into one .npz; the content depends only on --seed. "
+                                    "Several files (other seeds) train together: `autobyte train-meta --data FOLDER`.")
+    g.add_argument("--out", required=True, type=out_arg("--out", suffix=".npz"), help="output .npz file")
+    g.add_argument("--contexts", type=int_arg("--contexts", 1, 10**7), default=1500,
                    help="windows drawn, each with --candidates rows (default 1500)")
-    p.add_argument("--candidates", type=int_arg("--candidates", 2, 10_000), default=20,
+    g.add_argument("--candidates", type=int_arg("--candidates", 2, 10_000), default=20,
                    help="candidate configurations simulated per window (default 20)")
-    p.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed (default 0)")
-    p.set_defaults(func=_meta_data)
+    g.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed (default 0)")
+    g.add_argument("--no-progress", action="store_true", help="do not print progress")
+    g.set_defaults(func=_dataset_generate)
+    d.set_defaults(func=_dataset_usage)
 
     p = sub.add_parser("train-meta", help="train the meta-network offline, held out by model and by network condition")
     p.add_argument("--data", required=True, action="append", type=file_arg("--data", kind="any"),
-                   help="a simulator dataset directory (`autobyte dataset generate`, meta.json + shards), or a .npz / directory "
-                        "of .npz from `autobyte meta-data`; repeat to combine")
+                   help="a .npz of `autobyte dataset generate` (or benchmarks/collect.py) or a folder of them; "
+                        "repeat to combine")
     p.add_argument("--batch-size", type=int_arg("--batch-size", 1, 1 << 20), default=64, help="training batch size (default 64)")
     p.add_argument("--out", required=True, type=out_arg("--out", suffix=".npz"),
                    help="output weights, NAME.npz (numpy arrays; a NAME.npz.json sidecar with shape and SHA-256 is written beside)")
@@ -36,40 +43,37 @@ def register(sub: Any) -> None:
     p.add_argument("--report", default=None, type=out_arg("--report"), help="write held-out metrics as JSON here")
     p.set_defaults(func=_train_meta)
 
-    p = sub.add_parser("evaluate", help="the paper's experiments on the simulator (tables and plots into docs/)")
-    p.add_argument("--out", default="docs", type=out_arg("--out", kind="dir"),
-                   help="folder; writes figures/eval_results.json and figures/eval_*.png (default docs)")
-    p.add_argument("--weights", default=None, type=file_arg("--weights"), help="meta-network weights (default: the shipped ones)")
-    p.add_argument("--only", default=None, type=list_arg("--only", EXPERIMENTS),
-                   help=f"comma-separated subset of {','.join(EXPERIMENTS)} (default: all)")
-    p.set_defaults(func=_evaluate)
-
 
 def _load_data(paths: list[str] | str) -> Any:
+    """The :class:`~autobyte.meta._data.MetaDataset` of every ``.npz`` in ``paths`` (files or folders of them), joined."""
     from ..cli import CLIError
-    from ._data import MetaDataset, from_sim_dataset
+    from ._data import MetaDataset
 
-    parts = []
+    parts: list[MetaDataset] = []
     try:
         for path in [paths] if isinstance(paths, str) else paths:
             p = Path(path)
-            if (p / "meta.json").is_file():
-                parts.append(from_sim_dataset(p))
-                continue
             files = sorted(p.glob("*.npz")) if p.is_dir() else [p]
             if not files or not all(f.is_file() for f in files):
-                raise CLIError(f"--data must be a simulator dataset directory, a .npz file or a directory of them, but got --data={path!r}.")
+                raise CLIError(f"--data must be a .npz of `autobyte dataset generate` or a folder of them, but got --data={path!r}.")
             parts.extend(MetaDataset.load(f) for f in files)
     except (ValueError, FileNotFoundError) as exc:  # every loader's message names the file
         raise CLIError(f"--data: {exc}") from None
     return MetaDataset.concat(parts)
 
 
-def _meta_data(args: argparse.Namespace) -> int:
+def _dataset_usage(args: argparse.Namespace) -> int:
+    from ..cli import CLIError
+
+    raise CLIError("give an action: autobyte dataset generate --out FILE.npz (see `autobyte dataset --help`).")
+
+
+def _dataset_generate(args: argparse.Namespace) -> int:
     from ._data import generate
 
-    generate(args.contexts, n_candidates=args.candidates, seed=args.seed, progress=True).save(args.out)
-    print(f"wrote {args.out}")
+    data = generate(args.contexts, n_candidates=args.candidates, seed=args.seed, progress=not args.no_progress)
+    data.save(args.out)
+    print(f"wrote {len(data.observed)} windows, {len(data.speed)} rows to {args.out}")
     return 0
 
 
@@ -88,15 +92,6 @@ def _train_meta(args: argparse.Namespace) -> int:
     print(json.dumps(report, indent=1))
     if args.report:
         Path(args.report).write_text(json.dumps(report, indent=1))
-    return 0
-
-
-def _evaluate(args: argparse.Namespace) -> int:
-    from ._evaluate import run_all
-
-    _check_weights(args.weights)
-    only = None if args.only is None else set(args.only)
-    run_all(Path(args.out), weights=args.weights, only=only)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Training data for the meta-network, drawn from the simulator (``autobyte.sim``).
+"""Training data for the meta-network, drawn from the simulator (``autobyte.sim``): ``autobyte dataset generate``.
 
 One *context* is a window of statistics observed under a current config
 ``c0`` (model, n workers, architecture, bandwidth, compute and network
@@ -9,7 +9,8 @@ speed the simulator measures under ``c`` in the same conditions. Stored as a
 ``layers (C, K, F_LAYER)``, ``job (C, F_JOB)``, ``layer_bytes`` flat with
 ``lb_offsets (C+1,)``, ``current (C, 2)``, ``observed (C,)`` speed under c0,
 ``gbps (C,)``, ``model (C,)`` model index into ``model_names``, ``row_ctx (R,)``,
-``cand (R, 2)``, ``speed (R,)``.
+``cand (R, 2)``, ``speed (R,)``. The same format holds real windows
+(``benchmarks/collect.py``); ``autobyte train-meta --data`` reads it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from autobyte.core.space import Config, SearchSpace
 
-from ._features import F_JOB, F_LAYER, N_BINS, featurize, job_vector, layer_features_agg
+from ._features import F_JOB, F_LAYER, N_BINS, featurize
 
 #: Models held out of training (the prediction-quality targets are measured on them).
 HELDOUT_MODELS = ("resnet101", "densenet169", "vgg19")
@@ -121,63 +122,6 @@ class MetaDataset:
             "heldout_model": self.subset(ho_model & ~ho_cond),
             "heldout_condition": self.subset(~ho_model & ho_cond),
         }
-
-
-#: Columns of a simulator shard that :func:`from_sim_dataset` reads.
-_SHARD_COLUMNS = ("condition", "partition_cur", "credit_cur", "model", "n_layers", "layer_start", "layer_backward_mean",
-                  "layer_backward_max", "forward_s", "n_workers", "arch", "bw_up_min", "bw_up_mean", "bw_down_min",
-                  "bw_down_mean", "speed_cur", "link_gbps_min", "partition", "credit", "speed")
-
-
-def from_sim_dataset(path: str | Path, *, max_shards: int | None = None, seed: int = 0) -> MetaDataset:
-    """Read ``autobyte.sim.dataset``'s directory format (``meta.json`` + ``shard-*.npz``).
-
-    Rows sharing a condition and a current config ``c0`` become one context
-    (one window of statistics); the shards present are read (a dataset still
-    being generated is usable).
-    """
-    from autobyte.sim.dataset import read_meta, read_shard
-
-    root = Path(path)
-    meta = read_meta(root / "meta.json")  # every error names the file
-    names = [m["name"] for m in meta["models"]]
-    lbytes = [np.asarray(m["layer_bytes"], dtype=np.float64) for m in meta["models"]]
-    arch_names = {v: k for k, v in meta["arch_codes"].items()}
-    shards = sorted(root.glob("shard-*.npz"))[:max_shards]
-    parts = []
-    for sp in shards:
-        col = read_shard(sp, _SHARD_COLUMNS)
-        key = np.stack([col["condition"], col["partition_cur"], col["credit_cur"]], axis=1)
-        uniq, ctx_of_row = np.unique(key, axis=0, return_inverse=True)
-        first = np.zeros(len(uniq), dtype=np.int64)
-        first[ctx_of_row[::-1]] = np.arange(len(ctx_of_row))[::-1]
-        L, J, LB = [], [], []
-        for r in first:
-            m = int(col["model"][r])
-            nl = int(col["n_layers"][r])
-            s0 = int(col["layer_start"][r])
-            tm = col["layer_backward_mean"][s0:s0 + nl].astype(np.float64)
-            tx = col["layer_backward_max"][s0:s0 + nl].astype(np.float64)
-            cur = Config(int(col["partition_cur"][r]), int(col["credit_cur"][r]))
-            L.append(layer_features_agg(lbytes[m], tm, tx))
-            J.append(job_vector(
-                n=int(col["n_workers"][r]), l=nl, arch=arch_names[int(col["arch"][r])], total_bytes=float(lbytes[m].sum()),
-                forward_s=float(col["forward_s"][r]), backward_s=float(tm.sum()), backward_max_s=float(tx.sum()),
-                up_min=float(col["bw_up_min"][r]), up_mean=float(col["bw_up_mean"][r]),
-                down_min=float(col["bw_down_min"][r]), down_mean=float(col["bw_down_mean"][r]),
-                speed=float(col["speed_cur"][r]), current=cur))
-            LB.append(lbytes[m])
-        offs = np.concatenate([[0], np.cumsum([len(x) for x in LB])]).astype(np.int64)
-        parts.append(MetaDataset(
-            np.array(L), np.array(J), np.concatenate(LB), offs,
-            np.stack([col["partition_cur"][first], col["credit_cur"][first]], axis=1).astype(np.float64),
-            col["speed_cur"][first].astype(np.float64), col["link_gbps_min"][first].astype(np.float64),
-            col["model"][first].astype(np.int64), np.array(names), ctx_of_row.astype(np.int64),
-            np.stack([col["partition"], col["credit"]], axis=1).astype(np.float64), col["speed"].astype(np.float64),
-        ))
-    if not parts:
-        raise ValueError(f"{str(root)!r} holds no shard-*.npz yet.")
-    return MetaDataset.concat(parts)
 
 
 def _halve_bins(x: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""``autobyte simulate`` and ``autobyte dataset generate``."""
+"""``autobyte simulate``: samples/s of one configuration, or a grid of them, on the simulator."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    from ..cli import float_arg, int_arg, out_arg
+    from ..cli import float_arg, int_arg
     from ._models import MODELS
 
     p = subparsers.add_parser(
@@ -38,19 +38,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_simulate)
 
-    d = subparsers.add_parser("dataset", help="meta-network training data from the simulator")
-    dsub = d.add_subparsers(dest="dataset_command", metavar="ACTION")
-    g = dsub.add_parser("generate", help="generate (or resume) a dataset directory")
-    g.add_argument("--out", required=True, type=out_arg("--out", kind="dir"), help="output directory")
-    g.add_argument("--samples", type=int_arg("--samples"), required=True, help="rows to generate")
-    g.add_argument("--seed", type=int_arg("--seed", 0, 2**32 - 1), default=0, help="random seed (default: 0)")
-    g.add_argument("--workers-jobs", type=int_arg("--workers-jobs", 1, 256), default=1, help="worker processes (default: 1)")
-    g.add_argument("--configs-per-condition", type=int_arg("--configs-per-condition", 2), default=12,
-                   help="configurations simulated under each drawn network/compute condition (default: 12)")
-    g.add_argument("--no-progress", action="store_true", help="do not print progress")
-    g.set_defaults(func=_dataset_generate)
-    d.set_defaults(func=_dataset_usage)
-
 
 def _model_arg(text: str) -> str:
     from ._models import MODELS, get_model
@@ -60,12 +47,6 @@ def _model_arg(text: str) -> str:
         return text
     except ValueError:
         raise argparse.ArgumentTypeError(f"--model must be one of {', '.join(MODELS)}, but got --model={text!r}.") from None
-
-
-def _dataset_usage(args: argparse.Namespace) -> int:
-    from ..cli import CLIError
-
-    raise CLIError("give an action: autobyte dataset generate --out DIR --samples N (see `autobyte dataset --help`).")
 
 
 def _fail(msg: str) -> int:
@@ -117,17 +98,4 @@ def _simulate(args: argparse.Namespace) -> int:
         mark = "  <- best" if i == best and len(rows) > 1 else ""
         print(f"{row['partition_bytes']:>14,d} {row['credit_multiple']:>7g}X {row['samples_per_s']:>11.1f} "
               f"{row['iter_time_ms']:>9.2f} {row['n_messages']:>9d}{mark}")
-    return 0
-
-
-def _dataset_generate(args: argparse.Namespace) -> int:
-    from .dataset import generate, load_dataset
-
-    try:
-        out = generate(args.out, args.samples, args.seed, n_jobs=args.workers_jobs, progress=not args.no_progress,
-                       configs_per_condition=args.configs_per_condition)
-    except ValueError as exc:
-        return _fail(str(exc))
-    n = len(load_dataset(out)["speed"])
-    print(f"wrote {n} rows to {out}")
     return 0

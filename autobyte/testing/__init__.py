@@ -19,7 +19,17 @@ message; ``tests/contract/`` runs them over every registered implementation.
 
 from __future__ import annotations
 
-from ._launch import RankResult, exit_rank, free_port, launch, run_ranks
+from typing import Any
+
+from ._launch import RankResult, exit_rank, free_port, run_ranks
 from ._tuners import AlwaysMove, SwitchOnce
 
 __all__ = ["AlwaysMove", "RankResult", "SwitchOnce", "exit_rank", "free_port", "run_ranks"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "launch":  # the former name of run_ranks: warns when called
+        from ._launch import launch
+
+        return launch
+    raise AttributeError(f"module 'autobyte.testing' has no attribute {name!r}")

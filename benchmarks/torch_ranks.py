@@ -1,6 +1,6 @@
 """One rank of a side-by-side throughput run: plain DDP vs the scheduled engine.
 
-Run as ``python -m autobyte.bench.torch_ranks JSON`` under ``torchrun`` or
+Run as ``python benchmarks/torch_ranks.py JSON`` under ``torchrun`` or
 :func:`autobyte.testing.run_ranks`. The JSON gives ``modes`` (a list of
 ``"ddp"`` or ``[partition_bytes, credit_bytes]``), ``rounds``, ``iters``,
 ``batch_size``, ``warmup`` and ``tuner`` (the engine's, default
@@ -17,15 +17,15 @@ import sys
 import time
 from typing import Any
 
-from ..integrations._imports import require_torch
+from autobyte.integrations._imports import require_torch
 
 
 def main(argv: list[str] | None = None) -> None:
     torch = require_torch()
     import torch.distributed as dist
 
-    from ..integrations.torch import schedule
-    from .models import make_cnn, synthetic_batches
+    from autobyte.bench.models import make_cnn, synthetic_batches
+    from autobyte.integrations.torch import schedule
 
     opts: dict[str, Any] = json.loads((argv or sys.argv[1:])[0])
     torch.set_num_threads(int(opts.get("threads", 1)))

@@ -1,6 +1,6 @@
 """Draw a Chrome-trace timeline (``ScheduledTraining.save_trace``) as a PNG.
 
-    python -m autobyte.bench.timeline_plot TRACE.json OUT.png [--title TITLE]
+    python benchmarks/timeline_plot.py TRACE.json OUT.png [--title TITLE]
 
 One row per track (compute, communication, update); communication spans are
 coloured by their message's priority (dark: layers nearest the input).

@@ -2,13 +2,14 @@
 
 Two users:
 
-* :mod:`autobyte.bench.calibrate` measures the calibration grid with it and
+* ``benchmarks/calibrate.py`` measures the calibration grid with it and
   fits the simulator to the measurements;
-* ``autobyte collect`` (:func:`collect`) turns the same kind of measurement
-  into **real rows for the meta-network**, in the simulator dataset's format
-  (``docs/simulator.md``, "Dataset": ``meta.json`` + ``shard-*.npz``, loadable
-  with :func:`autobyte.sim.dataset.load_dataset`), plus the raw windows as
-  JSON lines.
+* ``python benchmarks/collect.py --out DIR`` (:func:`collect`) turns the same
+  kind of measurement into **real rows for the meta-network**, in the format
+  of ``autobyte dataset generate`` (one ``.npz`` that ``autobyte train-meta
+  --data`` reads), plus the ranks' raw JSON. ``--evaluate RAW`` scores the
+  meta-network on such windows (before and after fine-tuning), ``--finetune
+  RAW`` fine-tunes its head on them.
 
 A measurement is one launch of 2 workers on the testbed
 (:class:`autobyte.testbed.Testbed`) training the CNN of
@@ -23,11 +24,13 @@ times, the engine's :class:`~autobyte.core.metrics.WindowStats` of every
 segment's measured window, and a per-layer compute profile taken on the
 same CPU before training (:func:`autobyte.sim.profile_module`).
 
-The rank side runs as ``python -m autobyte.bench.collect rank SPEC_JSON OUT_DIR``.
+The rank side runs as ``python benchmarks/collect.py rank SPEC_JSON OUT_DIR``.
+Run with the package importable (the editable install, or ``PYTHONPATH=$PWD``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -39,8 +42,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core._checks import check_int
-from ..core.space import Config, KiB, MiB
+from autobyte.core._checks import check_int
+from autobyte.core.space import Config, KiB, MiB
 
 #: Rate standing for "no network limit": above what two namespaces reach over
 #: a veth pair on this CPU (11-15 Gbit/s unshaped, docs/testbed.md), so the
@@ -211,7 +214,7 @@ def read_measurement(out_dir: str) -> Measurement:
 
 
 def _read_launch(out_dir: str) -> Measurement:
-    from ..core.metrics import WindowStats
+    from autobyte.core.metrics import WindowStats
 
     ranks = []
     r = 0
@@ -257,7 +260,7 @@ def measure(
     a collective) several times on this host, so rates never change inside
     a measured launch.
     """
-    from ..testbed._netns import require_root
+    from autobyte.testbed._netns import require_root
 
     require_root()
     segments = list(segments)
@@ -287,7 +290,7 @@ def measure(
 
 def _launch(segments: list[Segment], out_dir: str, *, batch_size: int, width: int, hidden: int, profile_runs: int,
             timeout_s: float, log: Callable[[str], None], model: str = "cnn") -> Measurement:
-    from ..testbed import Testbed
+    from autobyte.testbed import Testbed
 
     os.makedirs(out_dir, exist_ok=True)
     spec = {"segments": [s.to_dict() for s in segments], "batch_size": batch_size, "width": width, "hidden": hidden,
@@ -295,7 +298,7 @@ def _launch(segments: list[Segment], out_dir: str, *, batch_size: int, width: in
     spec_path = os.path.join(out_dir, "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    cmd = [sys.executable, "-m", "autobyte.bench.collect", "rank", spec_path, out_dir]
+    cmd = [sys.executable, os.path.abspath(__file__), "rank", spec_path, out_dir]
     t0 = time.monotonic()
     rate = segments[0].rate_mbit
     n_it = sum(s.length for s in segments)
@@ -325,7 +328,7 @@ def _merge(parts: Sequence[Measurement]) -> Measurement:
 
 
 # --------------------------------------------------------------------------- real rows for the meta-network
-#: Link rates of ``autobyte collect`` (Mbit/s): communication-bound, middle, compute-bound on this CPU,
+#: Link rates of ``benchmarks/collect.py`` (Mbit/s): communication-bound, middle, compute-bound on this CPU,
 #: none of them a calibration rate.
 COLLECT_RATES_MBIT: tuple[float, ...] = (150.0, 500.0, 2000.0)
 #: Configs measured per condition: the rows are every ordered pair of them.
@@ -333,10 +336,8 @@ COLLECT_CONFIGS: tuple[Config, ...] = (
     Config(64 * KiB, 128 * KiB), Config(128 * KiB, 512 * KiB), Config(256 * KiB, 256 * KiB), Config(512 * KiB, 2 * MiB),
     Config(1 * MiB, 2 * MiB), Config(2 * MiB, 8 * MiB), Config(4 * MiB, 4 * MiB), Config(16 * MiB, 16 * MiB),
 )
-#: Per-worker batch of each model in ``autobyte collect`` (the benchmark suite's batch sizes).
+#: Per-worker batch of each model in ``benchmarks/collect.py`` (the benchmark suite's batch sizes).
 COLLECT_BATCH: dict[str, int] = {"cnn": 16, "transformer": 32, "mlp": 64}
-#: ``meta.json`` ``spec.source`` of real data.
-SOURCE = "autobyte-testbed"
 
 
 def conditions(measurement: Measurement) -> list[list[int]]:
@@ -351,97 +352,67 @@ def conditions(measurement: Measurement) -> list[list[int]]:
     return out
 
 
-def write_dataset(measurements: Sequence[Measurement], out_dir: str, *, model_name: str = "cnn-3.4M",
+def write_dataset(measurements: Sequence[Measurement], path: str, *, model_name: str = "cnn-3.4M",
                   min_configs: int = 2) -> dict[str, Any]:
-    """Write real windows as a dataset in the simulator dataset's format (``docs/simulator.md``, "Dataset").
+    """Write real windows as meta-network training data: one ``.npz`` of :class:`autobyte.meta._data.MetaDataset`.
 
-    Each condition (one rate, one repetition; the configs measured one after
-    the other within minutes at that rate) gives ``K*K`` rows: the statistics
-    the engine measured under ``c0`` over its window, a candidate ``c``
-    measured in the same condition, and the label, the real cluster samples/s
-    under ``c`` (from each rank's iteration wall times, so synchronisation
-    waits count). ``layer_*`` arrays are per gradient tensor of the engine
-    (weights and biases apart), the granularity a live tuner sees.
-    ``link_gbps_*`` is the shaped rate; ``compute_scale_mean`` is 1 (nothing
-    was configured; the shared CPU's own load varies).
+    The format ``autobyte dataset generate`` writes and ``autobyte train-meta
+    --data`` reads. Each condition (one rate, one repetition; the configs
+    measured one after the other within minutes at that rate) gives one
+    context per config ``c0`` measured in it: the statistics the engine
+    measured under ``c0`` over its window, featurized as the live tuner
+    featurizes them, and as rows every config ``c`` measured in the same
+    condition with its label, the real cluster samples/s under ``c`` (from
+    each rank's iteration wall times, so synchronisation waits count). Layers
+    are the engine's gradient tensors (weights and biases apart), the
+    granularity a live tuner sees; ``gbps`` is the shaped rate.
 
     Returns:
-        ``{"rows", "conditions", "path"}``.
+        ``{"rows", "contexts", "conditions", "path"}``.
 
     Raises:
-        ValueError: no condition with at least ``min_configs`` configs.
+        ValueError: no condition with at least ``min_configs`` configs, or
+            measurements of different models.
     """
-    from ..sim.dataset import (FLAT_COLUMNS, FORMAT, OBS_KEYS, ROW_COLUMNS, VERSION, WINDOW_ITERS, condition_rows,
-                               write_meta, write_shard)
+    from autobyte.meta import featurize
+    from autobyte.meta._data import MetaDataset
 
-    rows: dict[str, list[np.ndarray]] = {k: [] for k in ROW_COLUMNS}
-    flat: dict[str, list[np.ndarray]] = {k: [] for k in FLAT_COLUMNS}
-    flat_len = 0
-    ci = 0
-    tensor_bytes: list[int] = []
-    bwd_all: list[np.ndarray] = []
-    fwd_all: list[float] = []
-    batch = 0
+    layers, jobs, layer_bytes, current, observed, gbps = [], [], [], [], [], []
+    row_ctx: list[int] = []
+    cand: list[np.ndarray] = []
+    speed: list[float] = []
+    tensor_bytes: list[int] | None = None
+    n_conditions = 0
     for m in measurements:
-        if tensor_bytes and list(m.tensor_bytes) != tensor_bytes:
+        if tensor_bytes is not None and [int(b) for b in m.tensor_bytes] != tensor_bytes:
             raise ValueError("measurements must all be of one model (same gradient tensors).")
         tensor_bytes = [int(b) for b in m.tensor_bytes]
-        batch = int(m.profile["batch_size"])
-        for cond in conditions(m):
-            if len(cond) < min_configs:
+        n_conditions += sum(len(c) >= min_configs for c in conditions(m))
+        for ctx in meta_contexts(m):
+            if len(ctx["speed"]) < min_configs:
                 continue
-            L = len(tensor_bytes)
-            o: dict[str, list[Any]] = {k: [] for k in OBS_KEYS}
-            for i in cond:
-                seg, ws = m.segments[i], m.windows[i]
-                per_rank = m.iter_s_by_rank[i] if m.iter_s_by_rank else [m.iter_s[i]] * len(ws)
-                wspeed = np.array([batch / float(np.mean(x)) for x in per_rank])
-                n = len(ws)
-                lf = 2.0 * (n - 1) / n if n > 1 else 1.0
-                bw = np.array([w.bandwidth_Bps for w in ws]) * lf
-                T = np.array([w.layer_backward_s for w in ws])
-                fwd = float(np.mean([w.forward_s for w in ws]))
-                o["partition"].append(seg.config.partition_bytes)
-                o["credit"].append(seg.config.credit_bytes)
-                o["speed"].append(float(wspeed.sum()))
-                o["forward_s"].append(fwd)
-                for d in ("up", "down"):  # one achieved rate each way: all-reduce sends what it receives
-                    o[f"bw_{d}_mean"].append(float(bw.mean()))
-                    o[f"bw_{d}_min"].append(float(bw.min()))
-                o["worker_speed_mean"].append(float(wspeed.mean()))
-                o["worker_speed_min"].append(float(wspeed.min()))
-                o["layer_backward_mean"].append(T.mean(axis=0))
-                o["layer_backward_max"].append(T.max(axis=0))
-                bwd_all.append(T.mean(axis=0))
-                fwd_all.append(fwd)
-            rate_gbps = m.segments[cond[0]].rate_mbit / 1000.0
-            cols, fl = condition_rows(o, condition=ci, arch=0, n_workers=len(m.windows[cond[0]]), model=0, n_layers=L,
-                                      link_gbps_mean=rate_gbps, link_gbps_min=rate_gbps, compute_scale_mean=1.0,
-                                      flat_start=flat_len)
-            flat_len += L * len(cond)
-            for k in ROW_COLUMNS:
-                rows[k].append(cols[k])
-            for k in FLAT_COLUMNS:
-                flat[k].append(fl[k])
-            ci += 1
-    if ci == 0:
+            job = featurize(ctx["features"], ctx["current"], ctx["observed"])
+            i = len(observed)
+            layers.append(job.layers)
+            jobs.append(job.job)
+            layer_bytes.append(np.asarray(job.layer_bytes, dtype=np.float64))
+            current.append([ctx["current"].partition_bytes, ctx["current"].credit_bytes])
+            observed.append(float(ctx["observed"]))
+            gbps.append(ctx["rate_mbit"] / 1000.0)
+            row_ctx += [i] * len(ctx["speed"])
+            cand.append(np.asarray(ctx["candidates"], dtype=np.float64))
+            speed += [float(v) for v in ctx["speed"]]
+    if not observed:
         raise ValueError(f"measurements hold no condition with at least min_configs={min_configs} configs at one rate.")
-    os.makedirs(out_dir, exist_ok=True)
-    n_rows = write_shard(os.path.join(out_dir, "shard-00000.npz"), rows, flat)
-    bwd = np.mean(bwd_all, axis=0)
-    write_meta(out_dir, {
-        "format": FORMAT, "version": VERSION,
-        "spec": {"source": SOURCE, "n_samples": n_rows, "conditions": ci,
-                 "note": "real 2-worker training on the autobyte testbed (autobyte collect); one condition = one rate and "
-                         "repetition; layers are the engine's gradient tensors"},
-        "window_iters": WINDOW_ITERS, "n_shards": 1, "arch_codes": {"allreduce": 0, "ps": 1},
-        "row_columns": ROW_COLUMNS, "flat_columns": FLAT_COLUMNS,
-        "models": [{"name": model_name, "layer_bytes": tensor_bytes, "batch_size": batch,
-                    # measured: per-tensor backward (mean over every window), forward as a whole spread evenly
-                    "forward_s": [float(np.mean(fwd_all)) / len(tensor_bytes)] * len(tensor_bytes),
-                    "backward_s": [float(v) for v in bwd]}],
-    })
-    return {"rows": n_rows, "conditions": ci, "path": out_dir}
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in layer_bytes])]).astype(np.int64)
+    data = MetaDataset(
+        np.array(layers), np.array(jobs), np.concatenate(layer_bytes), offsets, np.array(current, dtype=np.float64),
+        np.array(observed), np.array(gbps), np.zeros(len(observed), dtype=np.int64), np.array([model_name]),
+        np.array(row_ctx, dtype=np.int64), np.concatenate(cand), np.array(speed),
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    data.save(path)
+    return {"rows": len(speed), "contexts": len(observed), "conditions": n_conditions, "path": path}
 
 
 def collect(
@@ -464,13 +435,13 @@ def collect(
     config for ``window_iters`` iterations after ``warmup``, in a new random
     order. ``model`` is one of :data:`autobyte.bench.models.MODELS`
     (``batch_size`` per worker; default :data:`COLLECT_BATCH`'s). Writes
-    ``out/raw/`` (the ranks' JSON) and ``out/data/`` (the dataset:
-    ``meta.json`` + ``shard-00000.npz``).
+    ``out/raw/`` (the ranks' JSON) and ``out/data.npz`` (the windows as
+    meta-network training data, :func:`write_dataset`).
 
     Raises:
         ValueError: an unknown model or a bad batch size.
     """
-    from .models import MODELS
+    from autobyte.bench.models import MODELS
 
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, but got model={model!r}.")
@@ -479,11 +450,11 @@ def collect(
         raise ValueError(f"batch_size must be a positive integer, but got batch_size={bs!r}.")
     segs = schedule_segments(rates_mbit, configs, reps=reps, warmup=warmup, min_iters=window_iters,
                              max_iters=window_iters, seed=seed)
-    log(f"autobyte collect: {model} (batch {bs}), {len(rates_mbit)} rates x {len(configs)} configs x {reps} repetitions, "
+    log(f"collect: {model} (batch {bs}), {len(rates_mbit)} rates x {len(configs)} configs x {reps} repetitions, "
         f"windows of {window_iters} iterations")
     m = measure(segs, os.path.join(out, "raw"), timeout_s=timeout_s, log=log, profile_runs=3, model=model, batch_size=bs)
-    res = write_dataset([m], os.path.join(out, "data"), model_name="cnn-3.4M" if model == "cnn" else model)
-    log(f"wrote {res['rows']} rows from {res['conditions']} conditions to {res['path']}/")
+    res = write_dataset([m], os.path.join(out, "data.npz"), model_name="cnn-3.4M" if model == "cnn" else model)
+    log(f"wrote {res['rows']} rows of {res['contexts']} windows from {res['conditions']} conditions to {res['path']}")
     return res
 
 
@@ -495,7 +466,7 @@ def meta_contexts(measurement: Measurement) -> list[dict[str, Any]]:
     ``observed`` (real cluster samples/s under it), ``rate_mbit``, ``rep``,
     ``candidates`` ``(K, 2)`` and ``speed`` ``(K,)`` (real cluster samples/s).
     """
-    from ..core.metrics import RuntimeFeatures
+    from autobyte.core.metrics import RuntimeFeatures
 
     out = []
     batch = int(measurement.profile["batch_size"])
@@ -522,7 +493,7 @@ def _load_net(weights: str | None) -> tuple[Any, str]:
     Raises:
         FileNotFoundError: no weights there.
     """
-    from ..meta import MetaNetwork, default_weights_path
+    from autobyte.meta import MetaNetwork, default_weights_path
 
     path = weights or str(default_weights_path())
     if not os.path.isfile(path):
@@ -538,7 +509,7 @@ def meta_rows(net: Any, ctxs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.
 
     Target: ``log(speed(c) / speed(c0))`` for every candidate ``c`` measured in the window's condition.
     """
-    from ..meta import candidate_features, featurize
+    from autobyte.meta import candidate_features, featurize
 
     embs, cands, ys, spans = [], [], [], []
     r = 0
@@ -566,7 +537,7 @@ def finetune_meta(
     """Fine-tune the meta-network's head on every real window of ``raw_dirs`` and save the weights to ``out``.
 
     For a cluster unlike the simulated V100 clusters the shipped network was
-    trained on: a few minutes of ``autobyte collect`` on it, then
+    trained on: a few minutes of ``benchmarks/collect.py`` on it, then
     ``AutoByteTuner(weights=out)`` starts from a head that has seen its
     per-message costs. The meta side's own transfer learning
     (:class:`autobyte.meta.Adapter`: encoder frozen, head fine-tuned, anchored
@@ -579,7 +550,7 @@ def finetune_meta(
         FileNotFoundError: no weights at the given / shipped path.
         ValueError: ``out`` not ending in ``.npz``, or no window in ``raw_dirs``.
     """
-    from ..meta import Adapter
+    from autobyte.meta import Adapter
 
     if not isinstance(out, str) or not out.endswith(".npz"):
         raise ValueError(f"out must be a path ending in '.npz', but got out={out!r}.")
@@ -634,7 +605,7 @@ def evaluate_meta(
     """
     if holdout not in ("rep", "rate"):
         raise ValueError(f"holdout must be 'rep' or 'rate', but got holdout={holdout!r}.")
-    from ..meta import Adapter
+    from autobyte.meta import Adapter
 
     net, path = _load_net(weights)
     ctxs = [c for d in raw_dirs for c in meta_contexts(read_measurement(d))]
@@ -722,7 +693,7 @@ def evaluate_meta_online(
         FileNotFoundError: no weights at the given / shipped path.
         ValueError: ``n_observed`` not below the configs of a condition, or no condition to score.
     """
-    from ..meta import Adapter
+    from autobyte.meta import Adapter
 
     check_int("n_observed", n_observed)
     check_int("orders", orders)
@@ -787,15 +758,15 @@ def evaluate_meta_online(
 
 # --------------------------------------------------------------------------- rank side
 def _rank_main(spec_path: str, out_dir: str) -> None:
-    from ..integrations._imports import require_torch
+    from autobyte.integrations._imports import require_torch
 
     torch = require_torch()
     import torch.distributed as dist
 
-    from ..integrations.torch import schedule
-    from ..sim import profile_module
-    from ..testbed import notify_iteration
-    from .models import make_model, model_batches
+    from autobyte.bench.models import make_model, model_batches
+    from autobyte.integrations.torch import schedule
+    from autobyte.sim import profile_module
+    from autobyte.testbed import notify_iteration
 
     import faulthandler
     import signal
@@ -887,13 +858,117 @@ def _rank_main(spec_path: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+# --------------------------------------------------------------------------- command line
+def build_parser() -> argparse.ArgumentParser:
+    """``python benchmarks/collect.py``'s arguments (errors are one line, as the ``autobyte`` commands')."""
+    from autobyte.cli import Parser, file_arg, int_arg, out_arg, rates_arg
+
+    p = Parser(
+        prog="benchmarks/collect.py",
+        description="Real samples for the meta-network on the testbed (needs root): measure real 2-worker training windows "
+                    "over link rates x configs and write them as meta-network training data (out/data.npz, the format "
+                    "of `autobyte dataset generate`); or, with --evaluate, score the meta-network on held-out real windows "
+                    "before and after fine-tuning on the others; or, with --finetune, fine-tune its head on them. "
+                    "See docs/calibration.md.",
+        epilog="examples:\n  python benchmarks/collect.py --out runs/real\n"
+               "  python benchmarks/collect.py --evaluate runs/real/raw --weights meta.weights.npz --holdout rep\n"
+               "  python benchmarks/collect.py --finetune runs/real/raw --weights-out my-cluster.npz\n"
+               "  python benchmarks/collect.py --evaluate runs/other/raw --weights my-cluster.npz --holdout online\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", type=out_arg("--out", kind="dir"), help="output folder (raw/ and data.npz)")
+    p.add_argument("--rates-mbit", type=rates_arg("--rates-mbit"), default=None,
+                   help=f"comma-separated link rates, Mbit/s (default {','.join(f'{r:g}' for r in COLLECT_RATES_MBIT)})")
+    p.add_argument("--reps", type=int_arg("--reps", 1, 1000), default=2, help="repetitions (conditions per rate; default 2)")
+    p.add_argument("--window-iters", type=int_arg("--window-iters", 2, 10_000), default=10,
+                   help="measured iterations per window (default 10)")
+    p.add_argument("--model", default="cnn", choices=("cnn", "transformer", "mlp"),
+                   help="the model trained (autobyte.bench.models; default cnn)")
+    p.add_argument("--evaluate", nargs="+", metavar="RAW", type=file_arg("--evaluate", kind="dir"),
+                   help="instead of measuring: evaluate the meta-network on these raw/ folders")
+    p.add_argument("--finetune", nargs="+", metavar="RAW", type=file_arg("--finetune", kind="dir"),
+                   help="instead of measuring: fine-tune the meta-network's head on every window of these raw/ folders "
+                        "and write the weights to --weights-out (for AutoByteTuner(weights=...))")
+    p.add_argument("--weights-out", default=None, type=out_arg("--weights-out", suffix=".npz"),
+                   help="with --finetune: where to write the fine-tuned weights (.npz)")
+    p.add_argument("--weights", default=None, type=file_arg("--weights"),
+                   help="meta-network weights for --evaluate / --finetune (default: the shipped ones)")
+    p.add_argument("--holdout", default="rep", choices=("rep", "rate", "online"),
+                   help="held-out windows for --evaluate (default rep); online: every window as a live tuner meets it, "
+                        "before adapting and after --n-observed windows of its condition")
+    p.add_argument("--n-observed", type=int_arg("--n-observed", 1, 1000), default=5,
+                   help="with --holdout online: windows seen before the head adapts (default 5)")
+    p.add_argument("--report", default=None, type=out_arg("--report"), help="with --evaluate: write the result as JSON here")
+    p.set_defaults(func=_command)
+    return p
+
+
+def _command(args: argparse.Namespace) -> int:
+    from autobyte.cli import CLIError
+    from autobyte.meta._cli import _check_weights
+    from autobyte.testbed import TestbedError
+
+    try:
+        if args.finetune:
+            if args.evaluate or args.out:
+                raise CLIError("--finetune RAW goes alone: not with --evaluate or --out.")
+            if not args.weights_out:
+                raise CLIError("--finetune RAW needs --weights-out FILE.npz (where to write the fine-tuned weights).")
+            _check_weights(args.weights)
+            for raw in args.finetune:
+                read_measurement(raw)
+            res = finetune_meta(args.finetune, args.weights_out, weights=args.weights)
+            if args.report:
+                with open(args.report, "w") as f:
+                    json.dump(res, f, indent=1)
+            return 0
+        if args.weights_out is not None:
+            raise CLIError("--weights-out goes with --finetune RAW.")
+        if args.evaluate:
+            _check_weights(args.weights)
+            for raw in args.evaluate:  # a bad raw folder is reported before the network loads
+                read_measurement(raw)
+            if args.holdout == "online":
+                res = evaluate_meta_online(args.evaluate, weights=args.weights, n_observed=args.n_observed)
+            else:
+                res = evaluate_meta(args.evaluate, weights=args.weights, holdout=args.holdout)
+            if args.report:
+                with open(args.report, "w") as f:
+                    json.dump(res, f, indent=1)
+            print(json.dumps(res, indent=1))
+            return 0
+        if not args.out:
+            raise CLIError("give --out DIR (where to write the samples) or --evaluate RAW.")
+        if args.weights is not None or args.report is not None:
+            raise CLIError("--weights and --report go with --evaluate RAW, not with --out.")
+        from autobyte.testbed._netns import require_root
+
+        rates = COLLECT_RATES_MBIT if args.rates_mbit is None else args.rates_mbit
+        require_root()
+        collect(args.out, rates_mbit=rates, reps=args.reps, window_iters=args.window_iters, model=args.model)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise CLIError(str(exc)) from None
+    except (TestbedError, OSError, RuntimeError) as exc:
+        raise CLIError(str(exc), 1) from None
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) == 3 and args[0] == "rank":
+    """The command line; ``rank SPEC_JSON OUT_DIR`` is the rank side (the testbed runs it on every worker)."""
+    from autobyte.cli import dispatch, parse, tag_progs
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["rank"]:
+        if len(args) != 3:
+            print("usage: python benchmarks/collect.py rank SPEC_JSON OUT_DIR (the testbed runs this on every worker)",
+                  file=sys.stderr)
+            return 2
         _rank_main(args[1], args[2])
         return 0
-    print("usage: python -m autobyte.bench.collect rank SPEC_JSON OUT_DIR (the testbed runs this on every worker)", file=sys.stderr)
-    return 2
+    parser = build_parser()
+    tag_progs(parser)
+    parsed = parse(parser, args)
+    return parsed if isinstance(parsed, int) else dispatch(parsed)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``autobyte evaluate``: the paper's experiments (Fig. 5-9) on the simulator.
+"""The paper's experiments (Fig. 5-9) on the simulator: ``python benchmarks/evaluate.py [--only fig6,fig7]``.
 
 Every run goes as an engine runs: the simulator runs 5 iterations at a time
 (a controller check) under the configuration in force and the conditions of
@@ -6,12 +6,16 @@ that window, a :class:`~autobyte.core.tuning.Controller` joins checks into
 10-iteration windows for the tuner (or asks it at once when conditions
 changed) and the decision applies from the next check. The per-phase oracle
 is the best configuration of the search space in each phase (a grid search
-on the simulator).
+on the simulator). Writes ``OUT/figures/eval_results.json`` and
+``OUT/figures/eval_*.png`` (``--out``, default ``docs``). Run with the
+package importable (the editable install, or ``PYTHONPATH=$PWD``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +29,10 @@ from autobyte.core.tuning import Controller, Observation, Tuner
 from autobyte.core.window import LocalCollective, WindowCoordinator
 
 if TYPE_CHECKING:
-    from ._tuner import AutoByteTuner
+    from autobyte.meta import AutoByteTuner
 
+#: What ``--only`` accepts (the experiments of :func:`run_all`).
+EXPERIMENTS = ("fig5", "fig6", "fig7", "fig89", "steady", "shift")
 WINDOW = 10
 #: Iterations simulated between two controller checks (half a window, the engines' default).
 CHECK = 5
@@ -164,7 +170,7 @@ def bo_config(model: Any, cluster: Any, arch: str, seed: int = 0) -> Config:
 
 
 def _autobyte(net: Any) -> "AutoByteTuner":
-    from ._tuner import AutoByteTuner
+    from autobyte.meta import AutoByteTuner
 
     return AutoByteTuner(net, background=False)
 
@@ -215,9 +221,9 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
 
     from autobyte.integrations._imports import pyplot
 
-    from ._network import MetaNetwork
+    from autobyte.meta import MetaNetwork
 
-    pyplot("plotting the evaluation (autobyte evaluate)")  # before minutes of simulation, not after
+    pyplot("plotting the evaluation (benchmarks/evaluate.py)")  # before minutes of simulation, not after
     net = MetaNetwork.load(weights) if weights else MetaNetwork.load_default()
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -326,7 +332,7 @@ def run_all(out: Path, weights: str | None = None, only: set[str] | None = None)
 def plot(results: dict[str, Any], out: Path) -> None:
     from autobyte.integrations._imports import pyplot
 
-    plt = pyplot("plotting the evaluation (autobyte evaluate)")
+    plt = pyplot("plotting the evaluation (benchmarks/evaluate.py)")
 
     for key, title in (("fig6", "ResNet50, PS, 8 workers: bandwidth 10 <-> 3 Gbps every 20 iterations"),
                        ("fig7", "ResNet50, PS, 8 workers: jobs join (shared bandwidth and GPU)")):
@@ -391,3 +397,40 @@ def tables_markdown(results: dict[str, Any]) -> str:
             out.append(f"| {r['arch']} | {r['model']} | {r['gbps']} | {r['baseline']:.0f} | {r['static_default']:.0f} | {r['static_bo']:.0f} | "
                        f"{r['autobyte']:.0f} | {r['oracle']:.0f} | {r['autobyte'] / r['static_bo']:.3f} | {r['autobyte'] / r['baseline']:.3f} |")
     return "\n".join(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``python benchmarks/evaluate.py``'s arguments (errors are one line, as the ``autobyte`` commands')."""
+    from autobyte.cli import Parser, file_arg, list_arg, out_arg
+
+    p = Parser(prog="benchmarks/evaluate.py",
+               description="The paper's experiments (Fig. 5-9) on the simulator: AutoByte beside the static default, "
+                           "BO, DDP and the per-phase oracle; results and plots for docs/evaluation.md.")
+    p.add_argument("--out", default="docs", type=out_arg("--out", kind="dir"),
+                   help="folder; writes figures/eval_results.json and figures/eval_*.png (default docs)")
+    p.add_argument("--weights", default=None, type=file_arg("--weights"), help="meta-network weights (default: the shipped ones)")
+    p.add_argument("--only", default=None, type=list_arg("--only", EXPERIMENTS),
+                   help=f"comma-separated subset of {','.join(EXPERIMENTS)} (default: all)")
+    p.set_defaults(func=_command)
+    return p
+
+
+def _command(args: argparse.Namespace) -> int:
+    from autobyte.meta._cli import _check_weights
+
+    _check_weights(args.weights)
+    run_all(Path(args.out), weights=args.weights, only=None if args.only is None else set(args.only))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from autobyte.cli import dispatch, parse, tag_progs
+
+    parser = build_parser()
+    tag_progs(parser)
+    args = parse(parser, list(sys.argv[1:] if argv is None else argv))
+    return args if isinstance(args, int) else dispatch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Pictures for ``docs/simulator.md``: the paper's Fig. 3 grids and a timeline.
 
-    python -m autobyte.sim._figures docs/figures
+    python benchmarks/sim_figures.py docs/figures
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.space import Config, MiB
-from ._cluster import Cluster
-from ._engine import simulate
-from ._models import get_model
+from autobyte.core.space import Config, MiB
+from autobyte.sim import Cluster, get_model, simulate
 
 PARTS = (1, 2, 4, 8)
 CREDITS = (1, 2, 3, 4)

@@ -1,13 +1,14 @@
 """Calibrate the simulator against the testbed, and report how far apart they are.
 
-``autobyte calibrate --out DIR`` (needs root):
+``python benchmarks/calibrate.py --out DIR`` (needs root; run with the
+package importable: the editable install, or ``PYTHONPATH=$PWD``):
 
 1. **Measure** real 2-worker training of the CNN of
    :func:`autobyte.bench.models.make_cnn` (3.4M parameters, batch 16 per
    worker) with the scheduled torch engine on the testbed, over a grid of
    link rates x ``<partition, credit>`` configs, every point repeated
    ``reps`` times in a random order (one launch, iteration-keyed rate
-   changes; :mod:`autobyte.bench.collect`). The CPU compute profile of the
+   changes; ``benchmarks/collect.py``). The CPU compute profile of the
    model (per-layer forward/backward, :func:`autobyte.sim.profile_module`) is
    taken inside the same launch, on the same CPU.
 2. **Fit** the simulator's free parameters -- the ones
@@ -30,19 +31,25 @@ redraws from kept raw data without measuring.
 
 from __future__ import annotations
 
+import argparse
 import csv
+import dataclasses
 import json
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core.metrics import ARCHITECTURES
-from ..core.space import Config, KiB, MiB
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling script collect.py
+
+from autobyte.core.metrics import ARCHITECTURES  # noqa: E402
+from autobyte.core.space import Config, KiB, MiB  # noqa: E402
+from collect import UNLIMITED_MBIT, measure, read_measurement, schedule_segments  # noqa: E402
 
 #: Link rates of the full grid, Mbit/s; the last one stands for "no limit".
 GRID_RATES_MBIT: tuple[float, ...] = (100.0, 300.0, 1000.0, 3000.0, 40000.0)
@@ -82,7 +89,7 @@ def _check_rates(rates: Sequence[float]) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class CalibrationPlan:
-    """What ``autobyte calibrate`` measures and how it fits.
+    """What ``benchmarks/calibrate.py`` measures and how it fits.
 
     Args:
         rates_mbit: link rates, Mbit/s (default :data:`GRID_RATES_MBIT`).
@@ -151,8 +158,6 @@ class CalibrationPlan:
         return float(rate_mbit) in self.holdout_rates_mbit or config in self.holdout_configs
 
     def segments(self) -> list[Any]:
-        from .collect import schedule_segments
-
         return schedule_segments(self.rates_mbit, self.configs, reps=self.reps, target_s=self.target_s, warmup=self.warmup,
                                  min_iters=self.min_iters, max_iters=self.max_iters, seed=self.seed, passes=self.passes)
 
@@ -207,7 +212,7 @@ class SimParams:
         Raises:
             ValueError: ``slowdown`` not ``n_workers`` factors >= 1.
         """
-        from ..sim import Cluster
+        from autobyte.sim import Cluster
 
         scale: Any = self.compute_scale
         if slowdown is not None:
@@ -239,7 +244,7 @@ def model_profile(profile: dict[str, Any], *, name: str = "cnn-3.4M") -> Any:
     The fitted ``compute_scale`` then stands for the slow-down that training
     next to communication threads and the other rank brings.
     """
-    from ..sim import ModelProfile
+    from autobyte.sim import ModelProfile
 
     fwd = np.asarray(profile["forward_s"], dtype=np.float64)
     bwd = np.asarray(profile["backward_s"], dtype=np.float64)
@@ -262,7 +267,7 @@ def simulate_iter_s(model: Any, params: SimParams, rate_mbit: float, config: Con
 
     ``arch``: ``"allreduce"`` or ``"ps"``; ``slowdown``: each worker's compute slow-down (:meth:`SimParams.cluster`).
     """
-    from ..sim import simulate
+    from autobyte.sim import simulate
 
     r = simulate(model, params.cluster(rate_mbit, arch=arch, slowdown=slowdown), config, n_iters=n_iters, warmup_iters=2)
     return float(np.mean(r.iter_time_s))
@@ -372,7 +377,7 @@ class Point:
 
 
 def points_from(measurement: Any, plan: CalibrationPlan) -> list[Point]:
-    """Group a :class:`~autobyte.bench.collect.Measurement`'s segments by (rate, config)."""
+    """Group a :class:`collect.Measurement`'s segments by (rate, config)."""
     pts: dict[tuple[float, Config], Point] = {}
     for i, s in enumerate(measurement.segments):
         key = (s.rate_mbit, s.config)
@@ -409,8 +414,6 @@ def analyze(measurement: Any, plan: CalibrationPlan, *, n_starts: int = 3) -> di
 
 # --------------------------------------------------------------------------- outputs
 def _rate_label(r: float) -> str:
-    from .collect import UNLIMITED_MBIT
-
     return "unlimited" if r >= UNLIMITED_MBIT else f"{r:g}"
 
 
@@ -474,7 +477,7 @@ def write_outputs(out: str, plan: CalibrationPlan, measurement: Any, result: dic
 
 
 def _sim_default(name: str) -> float:
-    from ..sim import Cluster
+    from autobyte.sim import Cluster
 
     return float(getattr(Cluster(2), name)) if name != "compute_scale" else 1.0
 
@@ -559,8 +562,6 @@ def run_calibration(
         TestbedError: measuring without root.
         FileNotFoundError: ``from_raw`` holds no measurement.
     """
-    from .collect import measure, read_measurement
-
     os.makedirs(out, exist_ok=True)
     if from_raw is not None:
         measurement = read_measurement(from_raw)
@@ -580,7 +581,7 @@ def run_calibration(
         with open(os.path.join(raw, "plan.json"), "w") as f:
             json.dump(plan.to_dict(), f, indent=1)
         segs = plan.segments()
-        log(f"autobyte calibrate: {len(plan.rates_mbit)} rates x {len(plan.configs)} configs x {plan.reps} repetitions "
+        log(f"calibrate: {len(plan.rates_mbit)} rates x {len(plan.configs)} configs x {plan.reps} repetitions "
             f"= {len(segs)} segments")
         measurement = measure(segs, raw, timeout_s=timeout_s, log=log, profile_runs=3 if plan.reps == 1 else 8)
     log("fitting the simulator ...")
@@ -590,3 +591,92 @@ def run_calibration(
     log(f"MAPE of iteration time: all {100 * s['mape_all']:.1f}%, fit {100 * s['mape_fit']:.1f}%, "
         f"held out {100 * s['mape_holdout']:.1f}% ({s['n_points']} points); outputs in {out}/")
     return {"summary": s, "params": result["params"].to_dict(), "fit": result["fit"]}
+
+
+# --------------------------------------------------------------------------- command line
+#: Wall seconds per measured segment on the 2-core reference host (docs/calibration.md: 160 segments, ~11 min).
+_SEGMENT_WALL_S = 11 * 60 / 160
+
+
+def _epilog() -> str:
+    full, quick = CalibrationPlan(), CalibrationPlan.quick()
+
+    def size(plan: CalibrationPlan) -> str:
+        n = len(plan.rates_mbit) * len(plan.configs) * plan.reps
+        return (f"{len(plan.rates_mbit)} rate{'s' if len(plan.rates_mbit) > 1 else ''} x {len(plan.configs)} configs x "
+                f"{plan.reps} repetition{'s' if plan.reps > 1 else ''}, ~{max(1, round(n * _SEGMENT_WALL_S / 60))} min")
+
+    return ("examples:\n"
+            f"  python benchmarks/calibrate.py --out runs/calib                 (full grid: {size(full)})\n"
+            f"  python benchmarks/calibrate.py --out runs/calib-quick --quick   (smoke: {size(quick)})\n"
+            "  python benchmarks/calibrate.py --out runs/refit --from-raw runs/calib/raw   (re-fit and redraw, no measuring)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``python benchmarks/calibrate.py``'s arguments (errors are one line, as the ``autobyte`` commands')."""
+    from autobyte.cli import Parser, file_arg, float_arg, int_arg, out_arg, rates_arg
+
+    full, quick = CalibrationPlan(), CalibrationPlan.quick()
+    p = Parser(
+        prog="benchmarks/calibrate.py",
+        description="Fit the simulator to real training on the testbed and report its error (needs root): measure 2-worker "
+                    "training over a grid of link rates x configs, fit the simulator's per-message overhead, latency, link "
+                    "efficiency and compute model, and report the error. See docs/calibration.md.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, type=out_arg("--out", kind="dir"),
+                   help="output folder (raw data, CSV, params.json, errors.md, figures)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke run: {len(quick.rates_mbit)} rate, {len(quick.configs)} configs, {quick.reps} repetition")
+    p.add_argument("--reps", type=int_arg("--reps", 1, 1000), default=None,
+                   help=f"repetitions of every grid point (default {full.reps}; {quick.reps} with --quick)")
+    p.add_argument("--rates-mbit", type=rates_arg("--rates-mbit"), default=None,
+                   help=f"comma-separated link rates, Mbit/s (default {','.join(f'{r:g}' for r in full.rates_mbit)})")
+    p.add_argument("--from-raw", metavar="DIR", type=file_arg("--from-raw", kind="dir"), default=None,
+                   help="re-fit from a previous run's raw/ folder instead of measuring")
+    p.add_argument("--starts", type=int_arg("--starts", 1, 1000), default=3, help="least-squares starts (default 3)")
+    p.add_argument("--timeout-s", type=float_arg("--timeout-s", unit="seconds"), default=1800.0,
+                   help="stop the measurement after this many seconds (default 1800)")
+    p.set_defaults(func=_command)
+    return p
+
+
+def _command(args: argparse.Namespace) -> int:
+    from autobyte.cli import CLIError
+    from autobyte.testbed import TestbedError
+
+    try:
+        plan = CalibrationPlan.quick() if args.quick else CalibrationPlan()
+        if args.reps is not None:
+            plan = dataclasses.replace(plan, reps=args.reps, passes=min(plan.passes, args.reps))
+        if args.rates_mbit is not None:
+            plan = dataclasses.replace(plan, rates_mbit=args.rates_mbit)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    try:
+        if args.from_raw is None:
+            from autobyte.testbed._netns import require_root
+
+            require_root()
+        run_calibration(plan, args.out, from_raw=args.from_raw, n_starts=args.starts, timeout_s=args.timeout_s)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise CLIError(str(exc)) from None
+    except (TestbedError, OSError, RuntimeError) as exc:
+        raise CLIError(str(exc), 1) from None
+    with open(os.path.join(args.out, "errors.md")) as f:
+        print(f.read())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from autobyte.cli import dispatch, parse, tag_progs
+
+    parser = build_parser()
+    tag_progs(parser)
+    args = parse(parser, list(sys.argv[1:] if argv is None else argv))
+    return args if isinstance(args, int) else dispatch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
