@@ -5,7 +5,8 @@ runs (:func:`autobyte.sim.simulate_ddp`) and autobyte's scheduled engine
 (:func:`autobyte.sim.simulate`), on one calibrated link and compute model.
 What is *measured* is only what goes in: the model's per-layer compute when
 a ``torch.nn.Module`` is profiled on this machine, or a running job's
-window statistics (:func:`advise_from_windows`). See ``docs/advise.md``.
+window statistics (:func:`advise_from_windows`); where those inputs come
+from is :mod:`autobyte._advise_inputs`. See ``docs/advise.md``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 from .core._checks import check_int, check_positive
 from .core.metrics import ARCHITECTURES, WindowStats
 from .core.space import Config, MiB, SearchSpace
-from .sim import GBPS, MODELS, V100, Cluster, Device, ModelProfile, get_model, simulate
+from ._advise_inputs import calibrated_gbps, load_calibration, profile_from_windows, resolve_model
+from .sim import GBPS, V100, Cluster, Device, ModelProfile, simulate
 from .sim._ddp import DEFAULT_BUCKET_CAP_MB, DDPResult, default_step_s, simulate_ddp
 
 #: ``bucket_cap_mb`` values the advice chooses from (DDP's default is compared too).
@@ -240,180 +242,6 @@ def _best_engine(model: ModelProfile, cluster: Cluster, space: SearchSpace) -> t
     return best
 
 
-def _resolve_model(model: Any, example_input: Any, batch_size: int | None, compute_scale: float,
-                   profile_runs: int, loss_fn: Any, device: Device | None = None) -> tuple[ModelProfile, str, float | None]:
-    """(profile, where its compute comes from, measured optimizer step or None)."""
-    if isinstance(model, str):
-        if example_input is not None:
-            raise ValueError(f"example_input is only for a torch.nn.Module, but got example_input with model={model!r}.")
-        prof = get_model(model, batch_size=batch_size)
-        src = f"zoo profile ({prof.device} roofline, docs/simulator.md)"
-        step = None
-    elif isinstance(model, ModelProfile):
-        prof = model if batch_size is None else model.with_batch_size(batch_size)
-        src = f"given ModelProfile ({prof.device})"
-        step = None
-    else:
-        torch = _torch_or_none()
-        if torch is None or not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a zoo name (one of {MODELS}), a ModelProfile or a torch.nn.Module, "
-                            f"but got model={type(model).__name__}.")
-        if example_input is None:
-            raise ValueError("example_input must be one batch of input for the torch.nn.Module (a tensor or a tuple), but got example_input=None.")
-        if device is not None:
-            prof, step = _device_profile(torch, model, example_input, device), None
-            src = f"{device.name} roofline of the module's FLOPs (torch.utils.flop_counter) and activation bytes"
-        else:
-            prof, step = _profile_torch(torch, model, example_input, profile_runs, loss_fn)
-            src = f"measured on this machine ({prof.device}, profile_module, {profile_runs} run{'s' if profile_runs != 1 else ''})"
-        if batch_size is not None:
-            prof = prof.with_batch_size(batch_size)
-    if compute_scale != 1.0:
-        prof = ModelProfile(prof.name, prof.layer_bytes, prof.forward_s * compute_scale, prof.backward_s * compute_scale,
-                            prof.batch_size, device=f"{prof.device} x{compute_scale:g}", layer_names=prof.layer_names)
-        step = step * compute_scale if step is not None else None
-        src += f", compute x{compute_scale:g}"
-    return prof, src, step
-
-
-def _torch_or_none() -> Any:
-    try:
-        import torch
-    except ModuleNotFoundError:  # pragma: no cover - torch is installed here
-        return None
-    return torch
-
-
-def _profile_torch(torch: Any, module: Any, example_input: Any, n_runs: int, loss_fn: Any) -> tuple[ModelProfile, float]:
-    from .sim import profile_module
-
-    try:
-        prof = profile_module(module, example_input, loss_fn=loss_fn, n_runs=n_runs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"cannot profile the model: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - the user's forward/backward failed: say so, with its error
-        raise ValueError(f"cannot profile the model: running it on example_input failed with "
-                         f"{type(exc).__name__}: {exc}") from exc
-    # profile_module times the modules that own parameters; the rest of a training step (activations,
-    # pooling, the loss) shows in a plain forward + backward without hooks: scale the profile to it
-    import time
-
-    plain = []
-    for _ in range(n_runs):
-        module.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        out = module(*example_input) if isinstance(example_input, (tuple, list)) else module(example_input)
-        loss = loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out).float().sum()
-        loss.backward()
-        plain.append(time.perf_counter() - t0)
-    module.zero_grad(set_to_none=True)
-    prof = fit_compute_total(prof, float(np.median(plain)))
-    # the optimizer step DDP runs after the all-reduce: SGD with momentum over every parameter, lr=0 so
-    # that the user's parameters do not change
-    params = [p for p in module.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=0.0, momentum=0.9)
-    times = []
-    try:
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        for _ in range(4):
-            t0 = time.perf_counter()
-            opt.step()
-            times.append(time.perf_counter() - t0)
-    finally:
-        for p in params:
-            p.grad = None
-    times = times[1:]  # the first step allocates the momentum buffers
-    return prof, float(np.median(times))
-
-
-def _device_profile(torch: Any, module: Any, example_input: Any, device: Device) -> ModelProfile:
-    """Per-layer compute of ``module`` on ``device`` by the zoo's roofline: forward FLOPs counted by
-    ``torch.utils.flop_counter``, activation bytes by forward hooks (layers without parameters add none)."""
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, but got module={type(module).__name__}.")
-    # Count on the meta device (shapes only, no arithmetic) when the module allows it.
-    import copy
-
-    try:
-        meta = copy.deepcopy(module).to("meta")
-        meta_in = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in
-                        (example_input if isinstance(example_input, (tuple, list)) else (example_input,)))
-        return _device_profile_on(torch, meta, meta_in, device, name=type(module).__name__)
-    except ValueError:
-        raise
-    except Exception:  # noqa: BLE001 - a module the meta device cannot run: count on the real one
-        return _device_profile_on(torch, module, example_input, device, name=type(module).__name__)
-
-
-def _device_profile_on(torch: Any, module: Any, example_input: Any, device: Device, *, name: str) -> ModelProfile:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    owners = [(n, m) for n, m in module.named_modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
-    if not owners:
-        raise ValueError("cannot profile the model: module must have at least one trainable parameter, but it has none.")
-    inputs = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
-    order: dict[str, int] = {}
-    act: dict[str, float] = {}
-
-    def nbytes(x: Any) -> float:
-        if isinstance(x, torch.Tensor):
-            return float(x.numel() * x.element_size())
-        if isinstance(x, (tuple, list)):
-            return sum(nbytes(y) for y in x)
-        return 0.0
-
-    handles = []
-    for n, m in owners:
-        def hook(mod: Any, args: Any, out: Any, n: str = n) -> None:
-            order.setdefault(n, len(order))
-            act[n] = act.get(n, 0.0) + nbytes(args) + nbytes(out)
-
-        handles.append(m.register_forward_hook(hook))
-    try:
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            module(*inputs)
-    except Exception as exc:  # noqa: BLE001 - the user's forward failed: say so, with its error
-        if str(getattr(inputs[0], "device", "")) == "meta":
-            raise RuntimeError("meta device") from exc  # retried on the real device
-        raise ValueError(f"cannot profile the model: running it on example_input failed with "
-                         f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        for h in handles:
-            h.remove()
-    counts = {k: float(sum(v.values())) for k, v in fc.get_flop_counts().items()}
-    root = type(module).__name__
-    used = sorted((n for n, _ in owners if n in order), key=lambda n: order[n])
-    if not used:
-        raise ValueError("cannot profile the model: its forward did not call any module that owns parameters.")
-    mods = dict(owners)
-    lb = np.array([sum(p.numel() * p.element_size() for p in mods[n].parameters(recurse=False) if p.requires_grad)
-                   for n in used], dtype=np.int64)
-    flops = np.array([counts.get(f"{root}.{n}" if n else root, 0.0) for n in used])
-    mem = np.array([act[n] for n in used]) + lb
-    fwd = np.maximum(flops / (device.peak_flops * device.compute_efficiency),
-                     mem / (device.mem_Bps * device.memory_efficiency)) + device.launch_s
-    first = inputs[0]
-    batch = int(first.shape[0]) if hasattr(first, "shape") and len(first.shape) > 0 else 1
-    return ModelProfile(name, lb, fwd, device.backward_factor * fwd, batch, device=device.name, layer_names=tuple(used))
-
-
-def fit_compute_total(prof: ModelProfile, total_s: float) -> ModelProfile:
-    """``prof`` with forward + backward summing to ``total_s``: time missing from the profile (layers
-    without parameters, the loss) goes to the forward times in proportion; a profile longer than
-    ``total_s`` (hook overhead) is scaled down."""
-    fwd, bwd = prof.forward_s.copy(), prof.backward_s.copy()
-    have = float(fwd.sum() + bwd.sum())
-    if total_s <= 0 or have <= 0:
-        return prof
-    missing = total_s - have
-    if missing > 0:
-        fwd = fwd * (1.0 + missing / fwd.sum()) if fwd.sum() > 0 else fwd + missing / fwd.size
-    else:
-        fwd, bwd = fwd * (total_s / have), bwd * (total_s / have)
-    return ModelProfile(prof.name, prof.layer_bytes, fwd, bwd, prof.batch_size, device=prof.device, layer_names=prof.layer_names)
-
-
 def _check_workers(n_workers: Any) -> int:
     n = check_int("n_workers", n_workers, minimum=2)
     if n > MAX_WORKERS:
@@ -461,8 +289,10 @@ def advise(
         per_message_s: per-message (per-bucket) cost; default the simulator's.
         cluster_kwargs: any other :class:`~autobyte.sim.Cluster` argument
             (e.g. a calibration's ``contention``); jitter is off unless given.
-        calibration: the link model fitted by ``autobyte calibrate``: a
-            ``calib_params.json`` path or its ``"params"`` dict. Its
+        calibration: the link model: ``"testbed"`` (fitted on this
+            project's testbed, shipped with the package), a
+            ``calib_params.json`` path (``benchmarks/calibrate.py`` on your
+            own network) or its ``"params"`` dict. Its
             ``latency_s``, ``per_message_s`` and ``contention`` are used, and
             the link becomes the calibrated goodput of ``bandwidth_gbps``
             (``efficiency`` in series with ``cap_Bps``); its compute and update
@@ -532,13 +362,13 @@ def advise(
     if device is not None and (not isinstance(device, str) or device.lower() not in DEVICES):
         raise ValueError(f"device must be one of {sorted(DEVICES)} (or None to measure on this machine), but got device={device!r}.")
     dev = DEVICES[device.lower()] if device is not None else None
-    calib = _load_calibration(calibration)
-    prof, compute_src, measured_step = _resolve_model(model, example_input, batch_size, compute_scale, profile_runs, loss_fn, dev)
+    calib = load_calibration(calibration)
+    prof, compute_src, measured_step = resolve_model(model, example_input, batch_size, compute_scale, profile_runs, loss_fn, dev)
     kw: dict[str, Any] = {"jitter": 0.0}
     link_gbps = bw
     if calib is not None:
         kw.update({k: float(calib[k]) for k in ("latency_s", "per_message_s", "contention") if k in calib})
-        link_gbps = _calibrated_gbps(calib, bw)
+        link_gbps = calibrated_gbps(calib, bw)
     kw.update(cluster_kwargs or {})
     if latency_s is not None:
         kw["latency_s"] = float(latency_s)
@@ -603,7 +433,7 @@ def advise(
         eng_p = Prediction(f"autobyte {eng_cfg}", it, sps)
     rows = []
     for g in sens:
-        lg = _calibrated_gbps(calib, g) if calib is not None else g
+        lg = calibrated_gbps(calib, g) if calib is not None else g
         cg = cluster.replace(bw_up_Bps=lg * GBPS, bw_down_Bps=lg * GBPS)
         if arch == "allreduce":
             rr, bj = _best_ddp(prof, cg, caps, step_s, first_bucket_mb)
@@ -621,7 +451,7 @@ def advise(
         "link": f"{bw:g} Gbit/s given" + (f" ({link_gbps:.4g} Gbit/s of calibrated goodput)" if calib is not None else "")
                 + f"; latency {cluster.latency_s * 1e6:.4g} us/hop and {cluster.per_message_s * 1e6:.4g} us per message/bucket "
                 + ("(given)" if latency_s is not None or per_message_s is not None
-                   else "(calibrated: autobyte calibrate)" if calib is not None else "(simulator defaults)"),
+                   else "(calibrated)" if calib is not None else "(simulator defaults)"),
         "every iteration time and samples/s above": "simulator (autobyte.sim: simulate_ddp for DDP, simulate for autobyte's engine)",
     }
     srcs.update(sources or {})
@@ -633,61 +463,6 @@ def advise(
     return Advice(model=prof, cluster=cluster, bucket_cap_mb=best_cap, first_bucket_mb=first_mb, ddp=ddp_preds,
                   ddp_best=best_p, ddp_default=default_p, first_bucket=first_p, engine_config=eng_cfg, engine=eng_p,
                   compute=compute, sensitivity=rows, sources=srcs, notes=notes)
-
-
-def _load_calibration(calibration: str | dict[str, Any] | None) -> dict[str, Any] | None:
-    if calibration is None:
-        return None
-    if isinstance(calibration, str):
-        import json
-
-        try:
-            with open(calibration) as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"calibration must be a readable calib_params.json, but got calibration={calibration!r} ({exc}).") from None
-        calibration = data.get("params", data) if isinstance(data, dict) else data
-    if not isinstance(calibration, dict) or not calibration:
-        raise ValueError(f"calibration must be a calib_params.json path or its 'params' dict, but got calibration={calibration!r}.")
-    for k, v in calibration.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"calibration['{k}'] must be a finite non-negative number, but got {v!r}.")
-    return calibration
-
-
-def _calibrated_gbps(calib: dict[str, Any], gbps: float) -> float:
-    eff = float(calib.get("efficiency", 1.0)) or 1.0
-    cap = float(calib.get("cap_Bps", math.inf)) or math.inf
-    return 1.0 / (1.0 / (eff * gbps * GBPS) + 1.0 / cap) / GBPS
-
-
-def profile_from_windows(windows: Sequence[WindowStats], tensor_bytes: Sequence[int], *, name: str = "running job") -> ModelProfile:
-    """A :class:`ModelProfile` from a running job's window statistics (one per rank, or one).
-
-    Per-tensor backward times are the mean over ranks of ``layer_backward_s``;
-    the forward time (``forward_s``, mean over ranks) is spread over the
-    tensors in proportion to their backward times; the batch size is
-    ``samples_per_s x iter_time_s``.
-
-    Raises:
-        ValueError: no window, windows without per-tensor times, or sizes that disagree.
-    """
-    ws = list(windows)
-    if not ws or not all(isinstance(w, WindowStats) for w in ws):
-        raise ValueError(f"windows must be a non-empty list of WindowStats, but got windows={windows!r}.")
-    tb = np.asarray(list(tensor_bytes), dtype=np.int64)
-    for w in ws:
-        if len(w.layer_backward_s) != tb.size:
-            raise ValueError(f"windows must hold one backward time per tensor ({tb.size} tensors), "
-                             f"but got a window with {len(w.layer_backward_s)} (was the window empty?).")
-        if w.n_iters < 1 or w.iter_time_s <= 0:
-            raise ValueError(f"windows must cover at least one iteration, but got n_iters={w.n_iters}, iter_time_s={w.iter_time_s}.")
-    bwd = np.mean([np.asarray(w.layer_backward_s, dtype=np.float64) for w in ws], axis=0)
-    fwd_total = float(np.mean([w.forward_s for w in ws]))
-    fwd = bwd / bwd.sum() * fwd_total if bwd.sum() > 0 else np.full(tb.size, fwd_total / tb.size)
-    batch = max(1, int(round(float(np.mean([w.samples_per_s * w.iter_time_s for w in ws])))))
-    keep = tb > 0
-    return ModelProfile(name, tb[keep], fwd[keep], bwd[keep], batch, device="measured")
 
 
 def advise_from_windows(windows: Sequence[WindowStats], tensor_bytes: Sequence[int], *, n_workers: int,

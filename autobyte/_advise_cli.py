@@ -38,9 +38,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="samples per worker (default: the zoo's / the input's)")
     p.add_argument("--compute-scale", type=float, default=1.0,
                    help="multiply compute times (e.g. 0.05 for a device 20x faster than the one profiled)")
-    p.add_argument("--calibration", default=None, metavar="CALIB_PARAMS_JSON",
-                   help="link model fitted by `autobyte calibrate` (calib_params.json): latency, per-message cost, "
-                   "contention, goodput")
+    p.add_argument("--calibration", default=None, metavar="testbed|CALIB_PARAMS_JSON",
+                   help="link model (latency, per-message cost, contention, goodput): testbed (fitted on this project's "
+                   "testbed, shipped) or a calib_params.json fitted by benchmarks/calibrate.py on your network")
     p.add_argument("--caps", default=None, metavar="MB,MB,...", help="bucket_cap_mb values to choose from")
     p.add_argument("--first-bucket-mb", type=float, default=None,
                    help="first bucket under an explicit bucket_cap_mb (default: as this PyTorch, the same size; "

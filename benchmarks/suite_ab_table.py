@@ -5,7 +5,7 @@
 DIR is an ``autobyte bench --suite ... --out DIR`` folder. Per scenario (in the suite's order) and method: median
 samples/s (range over repeats), the ratio of medians against ``--ref`` and against ByteScheduler's default
 (``bytescheduler``, when it ran), the worst 50-iteration span against ``--ref``'s run of the same repeat
-(:func:`autobyte.bench._suite.worst_span_ratio`, median over repeats), trials per run, the changes of conditions
+(:func:`autobyte.bench._suite_report.worst_span_ratio`, median over repeats), trials per run, the changes of conditions
 the controller saw per run and how many of them by the step rule (``regime_rule == "step"``), and the tuner's CPU
 and adaptation CPU as shares of the run time. Then the geometric means of the ratios per tag (tuning scenarios,
 held out).
@@ -21,7 +21,8 @@ import os
 import statistics
 from typing import Any
 
-from autobyte.bench._suite import IterationRow, geomean, read_iterations, worst_span_ratio
+from autobyte.bench._suite import IterationRow, read_iterations
+from autobyte.bench._suite_report import geomean, worst_span_ratio
 
 DEFAULT = "bytescheduler"
 

@@ -10,7 +10,7 @@ over repeats); the history tuner against hindsight, the default and static at
 the history's pick; AutoByte and static-history against hindsight and the
 default; the worst 50-iteration span of the history tuner against its own
 start's run (static-history, same repeat) and of AutoByte against the
-default's (:func:`autobyte.bench._suite.worst_span_ratio`); trials per run.
+default's (:func:`autobyte.bench._suite_report.worst_span_ratio`); trials per run.
 Then the geometric means per tag.
 """
 
@@ -23,7 +23,8 @@ import statistics
 import sys
 from typing import Any
 
-from autobyte.bench._suite import IterationRow, geomean, read_iterations, worst_span_ratio
+from autobyte.bench._suite import IterationRow, read_iterations
+from autobyte.bench._suite_report import geomean, worst_span_ratio
 
 DEFAULT, HINDSIGHT, AUTOBYTE = "bytescheduler", "hindsight", "autobyte"
 HISTORY, STATIC = "tuner:autobyte-history", "tuner:static-history"

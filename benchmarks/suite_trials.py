@@ -7,7 +7,7 @@ For each scenario and tuned method (default: every ``autobyte`` and
 their share of the run's iterations, their speed over those iterations
 against the ByteScheduler-default run of the same round, and the time they
 took beyond it as a share of that run's time
-(:func:`autobyte.bench._suite.trial_cost`, the figure the suite's own table
+(:func:`autobyte.bench._suite_report.trial_cost`, the figure the suite's own table
 gives since stop 30). Reads ``rN_METHOD/iterations.jsonl`` and
 ``rN_METHOD/decisions.jsonl``; prints a markdown table with medians and the
 spread over repeats.
@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from autobyte.bench._suite import summarize_trials, trial_cost
+from autobyte.bench._suite_report import summarize_trials, trial_cost
 
 
 def _rows(path: str) -> list[dict]:

@@ -13,9 +13,11 @@ from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario
 from autobyte.bench.emulation import Emulation
 from autobyte.core import KiB, MiB
 from autobyte.bench._suite import (
-    BASE_METHODS, HARM_SPAN, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds,
-    IterationRow, read_iterations, summarize_scenario, summarize_suite, table_md, throughput, trial_cost, trial_spans,
-    worst_span_ratio, write_scenario, write_suite,
+    BASE_METHODS, SuitePlan, best_static_in_hindsight, check_method, oracle_phases, predicted_seconds, IterationRow,
+    read_iterations, write_scenario,
+)
+from autobyte.bench._suite_report import (
+    HARM_SPAN, summarize_scenario, summarize_suite, table_md, throughput, trial_cost, trial_spans, worst_span_ratio, write_suite,
 )
 from autobyte.cli import main
 from autobyte.core import Config
@@ -541,7 +543,7 @@ def test_emulated_smoke_suite_runs_for_real(tmp_path):
 def test_parameter_server_smoke_suite_runs_for_real(tmp_path):
     """A suite scenario on MXNet dist_sync: plain dist_sync as the baseline, the scheduled KVStore engine, both workers slowed."""
     pytest.importorskip("mxnet")
-    from autobyte.bench._suite import run_suite, table_md
+    from autobyte.bench._suite import run_suite
 
     plan = SuitePlan("ps-smoke", methods=["ddp", "bytescheduler"], timeout_s=180)
     s = run_suite(plan, str(tmp_path), log=lambda *_: None)
