@@ -239,7 +239,7 @@ def load_calibration(calibration: str | dict[str, Any] | None) -> dict[str, Any]
     if isinstance(calibration, str):
         try:
             if calibration in CALIBRATIONS:
-                data = json.loads(resources.files("autobyte.sim").joinpath("data", CALIBRATIONS[calibration]).read_text())
+                data = json.loads((resources.files("autobyte.sim") / "data" / CALIBRATIONS[calibration]).read_text())
             else:
                 with open(calibration) as f:
                     data = json.load(f)
