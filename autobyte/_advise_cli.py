@@ -12,7 +12,7 @@ from typing import Any
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "advise",
-        help="the bucket_cap_mb a DDP user should run (and autobyte's partition/credit), predicted by the simulator",
+        help="the bucket_cap_mb a DDP user should run (and autobyte's partition/credit), from the simulator",
         description="Advise DDP's bucket_cap_mb and autobyte's <partition, credit> for a model, a number of workers "
         "and a link, with predicted iteration time and samples/s against DDP's default and the compute-only bound, "
         "and how the advice moves with bandwidth. Every prediction comes from the simulator (docs/advise.md).",

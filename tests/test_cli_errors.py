@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pytest
 
 from autobyte.cli import build_parser, main
@@ -24,22 +24,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Bad inputs on disk: a plain file, a truncated shard, a bad meta.json, bad traces."""
-    from autobyte.sim.dataset import generate
+    """Bad inputs on disk: a plain file, a truncated dataset, a file that is no dataset, bad traces, bad weights."""
+    from autobyte.meta._data import generate
 
     d = tmp_path_factory.mktemp("cli")
     plain = d / "plain.txt"
     plain.write_text("not a folder\n")
-    ds = d / "ds"
-    generate(ds, 8, 3, progress=False, configs_per_condition=2)
-    truncated = d / "truncated"
-    truncated.mkdir()
-    (truncated / "meta.json").write_text((ds / "meta.json").read_text())
-    shard = sorted(ds.glob("shard-*.npz"))[0]
-    (truncated / shard.name).write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
-    badmeta = d / "badmeta"
-    badmeta.mkdir()
-    (badmeta / "meta.json").write_bytes(b'{"format": "autobyte-sim-dataset", "n_shards": ')
+    good = d / "good.npz"
+    generate(2, models=["alexnet"], n_candidates=2, n_iters=2).save(good)
+    truncated = d / "truncated.npz"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     notnpz = d / "notdata.npz"
     notnpz.write_bytes(b"PK\x03\x04 garbage")
     latin = d / "latin1.json"
@@ -47,14 +41,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     backwards = d / "backwards.json"
     backwards.write_text(json.dumps({"changes": [{"at": 0, "up_mbit": 100}, {"at": 20, "up_mbit": 50},
                                                  {"at": 10, "up_mbit": 200}]}))
-    raw = d / "raw"
-    raw.mkdir()
-    (raw / "rank0.json").write_text('{"segments": [{"rate_mbit": 100')
-    weights = d / "bad.npz"
-    weights.write_bytes(b"PK\x03\x04 truncated")
-    return {"dir": str(d), "plain": str(plain), "truncated": str(truncated), "shard": str(truncated / shard.name),
-            "badmeta": str(badmeta), "notnpz": str(notnpz), "latin": str(latin), "backwards": str(backwards),
-            "weights": str(weights), "raw": str(raw), "missing": str(d / "missing"), "nodir_npz": str(d / "no" / "x.npz")}
+    empty = d / "empty"
+    empty.mkdir()
+    return {"dir": str(d), "plain": str(plain), "good": str(good), "truncated": str(truncated), "notnpz": str(notnpz),
+            "latin": str(latin), "backwards": str(backwards), "empty": str(empty), "missing": str(d / "missing"),
+            "nodir_npz": str(d / "no" / "x.npz")}
 
 
 # (argv, text the one error line must hold); {name} is replaced by files[name]
@@ -79,38 +70,24 @@ CASES: list[tuple[list[str], str]] = [
     (["simulate", "--per-message-us", "inf"], "--per-message-us must be a number of microseconds >= 0"),
     # dataset
     (["dataset"], "give an action: autobyte dataset generate"),
-    (["dataset", "generate", "--samples", "8"], "the following arguments are required: --out"),
-    (["dataset", "generate", "--out", "{missing}", "--samples", "0"], "--samples must be a positive integer, but got --samples=0."),
-    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--workers-jobs", "0"], "--workers-jobs must be an integer in [1, 256]"),
-    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--configs-per-condition", "1"],
-     "--configs-per-condition must be an integer >= 2"),
-    (["dataset", "generate", "--out", "{plain}", "--samples", "8"], "--out must be a folder (it exists and is not one)"),
-    (["dataset", "generate", "--out", "{missing}", "--samples", "8", "--seed", "x"], "--seed must be an integer in [0, 4294967295]"),
-    # meta-data
-    (["meta-data", "--out", "{dir}/m.npz", "--contexts", "0"], "--contexts must be an integer in [1, 10000000], but got --contexts=0."),
-    (["meta-data", "--out", "{dir}/m.npz", "--candidates", "1"], "--candidates must be an integer in [2, 10000]"),
-    (["meta-data", "--out", "{dir}/m.npz", "--seed", "-3"], "--seed must be an integer in [0, 4294967295]"),
-    (["meta-data", "--out", "{dir}/m.txt"], "--out must be a file name ending in .npz"),
-    (["meta-data", "--out", "{nodir_npz}"], "--out must be a file in an existing folder"),
-    (["meta-data"], "the following arguments are required: --out"),
+    (["dataset", "generate", "--contexts", "8"], "the following arguments are required: --out"),
+    (["dataset", "generate", "--out", "{dir}/m.npz", "--contexts", "0"], "--contexts must be an integer in [1, 10000000], but got --contexts=0."),
+    (["dataset", "generate", "--out", "{dir}/m.npz", "--candidates", "1"], "--candidates must be an integer in [2, 10000]"),
+    (["dataset", "generate", "--out", "{dir}/m.npz", "--seed", "-3"], "--seed must be an integer in [0, 4294967295]"),
+    (["dataset", "generate", "--out", "{dir}/m.txt"], "--out must be a file name ending in .npz"),
+    (["dataset", "generate", "--out", "{nodir_npz}"], "--out must be a file in an existing folder"),
+    (["dataset", "generate", "--out", "{dir}"], "--out must be a file name ending in .npz"),
     # train-meta
     (["train-meta", "--data", "{missing}", "--out", "{dir}/n.npz"], "--data must be an existing file or folder"),
-    (["train-meta", "--data", "{truncated}", "--out", "{dir}/n.npz"], "{shard}"),
-    (["train-meta", "--data", "{badmeta}", "--out", "{dir}/n.npz"], "{badmeta}/meta.json"),
+    (["train-meta", "--data", "{truncated}", "--out", "{dir}/n.npz"], "{truncated}"),
     (["train-meta", "--data", "{notnpz}", "--out", "{dir}/n.npz"], "{notnpz}"),
     (["train-meta", "--data", "{plain}", "--out", "{dir}/n.npz"], "{plain}"),
-    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.h5"], "--out must be a file name ending in .npz"),
-    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--epochs", "0"], "--epochs must be an integer in [1, 100000]"),
-    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--batch-size", "0"], "--batch-size must be an integer in [1, 1048576]"),
-    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
-    (["train-meta", "--data", "{dir}", "--out", "{dir}/n.npz", "--report", "{nodir_npz}"], "--report must be a file in an existing folder"),
-    # evaluate
-    (["evaluate", "--only", "nosuch"], "--only must be a comma-separated subset of fig5,fig6,fig7,fig89,steady,shift, but got --only='nosuch'"),
-    (["evaluate", "--only", "fig5,fig77"], "('fig77' unknown)"),
-    (["evaluate", "--only", ","], "--only must be a comma-separated subset"),
-    (["evaluate", "--weights", "{missing}"], "--weights must be an existing file"),
-    (["evaluate", "--weights", "{weights}", "--out", "{dir}/ev"], "--weights='{weights}' is not usable meta-network weights"),
-    (["evaluate", "--out", "{plain}"], "--out must be a folder"),
+    (["train-meta", "--data", "{empty}", "--out", "{dir}/n.npz"], "--data must be a .npz of `autobyte dataset generate` or a folder of them"),
+    (["train-meta", "--data", "{good}", "--out", "{dir}/n.h5"], "--out must be a file name ending in .npz"),
+    (["train-meta", "--data", "{good}", "--out", "{dir}/n.npz", "--epochs", "0"], "--epochs must be an integer in [1, 100000]"),
+    (["train-meta", "--data", "{good}", "--out", "{dir}/n.npz", "--batch-size", "0"], "--batch-size must be an integer in [1, 1048576]"),
+    (["train-meta", "--data", "{good}", "--out", "{dir}/n.npz", "--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
+    (["train-meta", "--data", "{good}", "--out", "{dir}/n.npz", "--report", "{nodir_npz}"], "--report must be a file in an existing folder"),
     # launch (as root, a valid command would really run: every case here is refused first)
     (["launch", "-n", "0", "--", "true"], "--n-workers must be an integer in [1, 250], but got --n-workers=0."),
     (["launch", "--master-port", "0", "--", "true"], "--master-port must be an integer in [1, 65535]"),
@@ -128,26 +105,6 @@ CASES: list[tuple[list[str], str]] = [
     (["launch", "--events-log", "{nodir_npz}", "--", "true"], "--events-log must be a file in an existing folder"),
     (["launch", "--state-dir", "{plain}", "--", "true"], "--state-dir must be a folder"),
     (["launch"], "no command given"),
-    # calibrate
-    (["calibrate", "--out", "{dir}/c", "--reps", "0"], "--reps must be an integer in [1, 1000], but got --reps=0."),
-    (["calibrate", "--out", "{dir}/c", "--rates-mbit", "fast"], "--rates-mbit must be comma-separated positive numbers of Mbit/s, but got --rates-mbit='fast'."),
-    (["calibrate", "--out", "{dir}/c", "--rates-mbit", "100,0"], "--rates-mbit must be comma-separated positive numbers"),
-    (["calibrate", "--out", "{dir}/c", "--starts", "0"], "--starts must be an integer in [1, 1000]"),
-    (["calibrate", "--out", "{dir}/c", "--timeout-s", "-5"], "--timeout-s must be a positive number of seconds"),
-    (["calibrate", "--out", "{dir}/c", "--from-raw", "{missing}"], "--from-raw must be an existing folder"),
-    (["calibrate", "--out", "{plain}", "--from-raw", "{dir}"], "--out must be a folder"),
-    (["calibrate"], "the following arguments are required: --out"),
-    # collect
-    (["collect", "--out", "{dir}/r", "--reps", "0"], "--reps must be an integer in [1, 1000]"),
-    (["collect", "--out", "{dir}/r", "--window-iters", "1"], "--window-iters must be an integer in [2, 10000]"),
-    (["collect", "--out", "{dir}/r", "--rates-mbit", "-5"], "--rates-mbit must be comma-separated positive numbers"),
-    (["collect", "--evaluate", "{missing}"], "--evaluate must be an existing folder"),
-    (["collect", "--evaluate", "{raw}"], "measurement file '{raw}/rank0.json' is not valid JSON"),
-    (["collect", "--evaluate", "{dir}"], "out_dir must hold the ranks' rank0.json"),
-    (["collect", "--evaluate", "{dir}", "--holdout", "model"], "argument --holdout: invalid choice: 'model'"),
-    (["collect", "--evaluate", "{dir}", "--weights", "{weights}"], "--weights='{weights}' is not usable meta-network weights"),
-    (["collect", "--out", "{dir}/r", "--weights", "{weights}"], "--weights and --report go with --evaluate RAW"),
-    (["collect"], "give --out DIR"),
     # bench
     (["bench", "--methods", "ddp,nosuch"], "--methods must be a comma-separated subset of ddp,bytescheduler,bo,autobyte,oracle "
      "(with --arch ps: dist_sync,bytescheduler,bo,hindsight,autobyte,oracle), but got --methods='ddp,nosuch' ('nosuch' unknown)."),
@@ -231,6 +188,26 @@ def test_every_option_has_help_text() -> None:
     assert not missing
 
 
+def test_every_command_says_what_it_is_for_in_one_line() -> None:
+    # `autobyte --help` lists each command with one line; `autobyte X --help` opens with what X is for
+    def walk(p: Any, path: list[str]) -> Any:
+        for a in p._actions:
+            if hasattr(a, "_name_parser_map"):
+                helps = {c.dest: c.help for c in a._choices_actions}
+                for name, sp in a.choices.items():
+                    yield [*path, name], helps.get(name), sp.description
+                    yield from walk(sp, [*path, name])
+
+    commands = list(walk(build_parser(), ["autobyte"]))
+    assert {" ".join(c) for c, _, _ in commands} >= {"autobyte simulate", "autobyte dataset generate", "autobyte train-meta",
+                                                     "autobyte launch", "autobyte bench", "autobyte demo", "autobyte advise"}
+    for path, line, description in commands:
+        name = " ".join(path)
+        assert line and "\n" not in line and len(line) <= 100, (name, line)
+        assert description and description[0].isupper() and "``" not in description, (name, description)
+
+
+@pytest.mark.integration
 def test_version() -> None:
     import autobyte
 
@@ -239,8 +216,9 @@ def test_version() -> None:
     assert r.returncode == 0 and r.stdout.strip() == f"autobyte {autobyte.__version__}"
 
 
-@pytest.mark.parametrize("argv", [["demo", "--tuner", "fastest"], ["meta-data", "--out", "x.npz", "--contexts", "0"],
-                                  ["bench", "--methods", "ddp,nosuch"], ["evaluate", "--only", "nosuch"]])
+@pytest.mark.integration
+@pytest.mark.parametrize("argv", [["demo", "--tuner", "fastest"], ["dataset", "generate", "--out", "x.npz", "--contexts", "0"],
+                                  ["bench", "--methods", "ddp,nosuch"]])
 def test_as_a_process_no_traceback(argv: list[str]) -> None:
     # the reported cases, through the real entry point: one line on stderr, exit 2, nothing on stdout
     r = subprocess.run([sys.executable, "-m", "autobyte.cli", *argv], capture_output=True, text=True, cwd=REPO,
@@ -248,18 +226,14 @@ def test_as_a_process_no_traceback(argv: list[str]) -> None:
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not r.stdout, r.stderr
 
 
-def test_dataset_loaders_name_the_file(files: dict[str, str]) -> None:
-    from autobyte.meta._data import from_sim_dataset
-    from autobyte.sim.dataset import load_dataset
+def test_the_dataset_loader_names_the_file(files: dict[str, str]) -> None:
+    from autobyte.meta._data import MetaDataset
 
-    for load in (load_dataset, from_sim_dataset):
-        with pytest.raises(ValueError, match="truncated or corrupt") as e:
-            load(files["truncated"])
-        assert files["shard"] in str(e.value)
-        with pytest.raises(ValueError, match="is not valid JSON") as e:
-            load(files["badmeta"])
-        assert os.path.join(files["badmeta"], "meta.json") in str(e.value)
-    np.testing.assert_array_less(0, load_dataset(os.path.join(files["dir"], "ds"))["speed"])  # a good one still loads
+    for bad in ("truncated", "notnpz"):
+        with pytest.raises(ValueError, match="is not an autobyte meta-network dataset") as e:
+            MetaDataset.load(files[bad])
+        assert repr(files[bad]) in str(e.value)
+    assert len(MetaDataset.load(files["good"]).speed) == 2 * 3  # a good one still loads: 2 windows x (2 candidates + c0)
 
 
 def test_readme_error_example_is_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
@@ -269,16 +243,3 @@ def test_readme_error_example_is_what_the_cli_prints(capsys: pytest.CaptureFixtu
     assert example, "README.md lost its error example"
     assert main(["demo", "--tuner", "fastest"]) == 2
     assert capsys.readouterr().err.startswith(example.group(1))
-
-
-def test_calibrate_names_a_bad_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import shutil
-
-    raw = tmp_path / "raw"
-    shutil.copytree(REPO / "docs" / "figures" / "calib_raw", raw)
-    (raw / "plan.json").write_bytes(b'{"rates_mbit": [100, \xff')
-    t0 = time.monotonic()
-    assert main(["calibrate", "--out", str(tmp_path / "o"), "--from-raw", str(raw)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("autobyte calibrate: error: plan file ") and str(raw / "plan.json") in err, err
-    assert len(err.splitlines()) == 1 and time.monotonic() - t0 < 10

@@ -36,9 +36,10 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "bench",
-        help="real training side by side on one bandwidth trace (or a named suite of scenarios): DDP, ByteScheduler default, "
-             "BO, AutoByte, per-phase oracle",
-        description="Real 2-worker training in network namespaces (needs root); see docs/benchmarks.md.",
+        help="compare DDP, ByteScheduler, BO, AutoByte and the oracle by real training on shaped links (root)",
+        description="Compare methods by real training side by side: DDP, ByteScheduler's default, BO, AutoByte and the "
+                    "per-phase oracle, 2 workers in network namespaces on one bandwidth trace or a named suite of "
+                    "scenarios (needs root). See docs/benchmarks.md.",
     )
     _trace_args(p, low_mbit=200.0, high_mbit=2000.0, every=20, iters=200)
     p.add_argument("--methods", default=None, type=_methods_arg,
@@ -217,8 +218,10 @@ def register_demo(sub: Any) -> None:
 
     p = sub.add_parser(
         "demo",
-        help="train a real model with 2 local workers: plain DDP, ByteScheduler's default, AutoByte; show what AutoByte chose",
-        description="Needs nothing but this package; as root the workers get an emulated, changing network.",
+        help="train a real model with 2 local workers: plain DDP, ByteScheduler's default, AutoByte",
+        description="Train a real model with 2 local workers three ways (plain DDP, ByteScheduler's default, AutoByte) "
+                    "and show what AutoByte chose. Needs nothing but this package; as root the workers get an emulated, "
+                    "changing network.",
     )
     _trace_args(p, low_mbit=250.0, high_mbit=500.0, every=20, iters=80)
     p.add_argument("--rounds", type=int_arg("--rounds", 1, 1000), default=3,

@@ -31,7 +31,10 @@ def register(sub: Any) -> None:
     g.set_defaults(func=_dataset_generate)
     d.set_defaults(func=_dataset_usage)
 
-    p = sub.add_parser("train-meta", help="train the meta-network offline, held out by model and by network condition")
+    p = sub.add_parser("train-meta", help="train the meta-network offline, held out by model and by network condition",
+                       description="Train the meta-network offline on `autobyte dataset generate` data (needs Keras), "
+                                   "hold out models and a bandwidth band, and write numpy weights with their held-out "
+                                   "report (AutoByteTuner(weights=...)).")
     p.add_argument("--data", required=True, action="append", type=file_arg("--data", kind="any"),
                    help="a .npz of `autobyte dataset generate` (or benchmarks/collect.py) or a folder of them; "
                         "repeat to combine")

@@ -13,9 +13,9 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "simulate",
-        help="simulate scheduled training iterations (one config or a grid)",
-        description="Simulate steady-state training iterations of a zoo model under one "
-        "<partition, credit> configuration, or a grid of them, and print samples/s.",
+        help="simulate scheduled training iterations: samples/s of one config or a grid",
+        description="Simulate scheduled training iterations: samples/s of a zoo model under one <partition, credit> "
+        "configuration, or a grid of them, on a cluster of N workers and a given link.",
     )
     p.add_argument("--model", default="resnet50", type=_model_arg, metavar="MODEL",
                    help=f"zoo model name, one of {', '.join(MODELS)} (default: resnet50)")

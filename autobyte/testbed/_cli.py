@@ -25,7 +25,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "launch",
         help="run N workers in network namespaces with tc-shaped links (needs root)",
-        description=__doc__.splitlines()[0] + " Needs root. See docs/testbed.md.",
+        description="Run N workers in network namespaces with tc-shaped links (a rate, a trace, competing flows); "
+                    "--cleanup removes what killed runs left. Needs root. See docs/testbed.md.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
