@@ -1,12 +1,10 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from autobyte.cli import main
-from autobyte.sim.dataset import load_dataset
 
 
 def test_simulate_one_config_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,12 +30,3 @@ def test_simulate_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--bandwidth-gbps must be a positive number of Gbit/s, but got --bandwidth-gbps=-1.0" in capsys.readouterr().err
     assert main(["simulate", "--partition-bytes", "0"]) == 2
     assert "--partition-bytes must be a positive integer" in capsys.readouterr().err
-
-
-def test_dataset_generate(tmp_path: "os.PathLike[str]", capsys: pytest.CaptureFixture[str]) -> None:
-    out = os.path.join(tmp_path, "ds")
-    rc = main(["dataset", "generate", "--out", out, "--samples", "8", "--seed", "3", "--configs-per-condition", "2",
-               "--no-progress"])
-    assert rc == 0 and "wrote 8 rows" in capsys.readouterr().out
-    assert len(load_dataset(out)["speed"]) == 8
-    assert main(["dataset", "generate", "--out", out, "--samples", "0", "--no-progress"]) == 2
