@@ -20,6 +20,7 @@ LAUNCH = [sys.executable, "-m", "autobyte.testbed._cli"]
 HAVE_ROOT_AND_IP = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
 
 needs_root = [
+    pytest.mark.integration,
     pytest.mark.root,
     pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces"),
 ]

@@ -97,6 +97,7 @@ def well_behaved_client_works(path: str, monkeypatch: pytest.MonkeyPatch, seen: 
     assert 5 in seen and 7 in seen
 
 
+@pytest.mark.integration
 def test_socket_is_its_owners_only() -> None:
     d = tempfile.mkdtemp(prefix="autobyte-ctl-")  # a folder anyone may traverse: only the socket's mode guards it
     os.chmod(d, 0o755)
@@ -198,6 +199,7 @@ while time.monotonic() < end:   # demand acknowledgements, never read them
 
 @needs_root[0]
 @needs_root[1]
+@needs_root[2]
 def test_launcher_enforces_its_timeout_despite_a_hostile_client(state_dir: Path) -> None:
     t0 = time.monotonic()
     try:
