@@ -26,7 +26,8 @@ Subcommands (each makes one figure of ``docs/evaluation.md`` / ``docs/emulation.
         a few configs each: measured vs simulated, process CPU and load average
 
 The simulator's parameters start from the testbed calibration
-(``docs/figures/calib_params.json``, fitted on a real CNN) with
+(``autobyte/sim/data/calibration.json``, the package's copy of
+``docs/figures/calib_params.json``, fitted on a real CNN) with
 ``compute_scale`` 1: an emulated model's per-layer times are exact by
 construction, so the profile is the emulation's scaled profile.
 """
@@ -53,7 +54,7 @@ from autobyte.bench.emulation import Emulation  # noqa: E402
 from autobyte.core import BYTESCHEDULER_DEFAULT, DDP_DEFAULT, Config  # noqa: E402
 from calibrate import SimParams, fit, simulate_iter_s  # noqa: E402
 
-CALIB = os.path.join(ROOT, "docs", "figures", "calib_params.json")
+CALIB = os.path.join(ROOT, "autobyte", "sim", "data", "calibration.json")
 #: Parameters fitted on emulated runs (the profile's compute is exact; ``compute_scale`` absorbs the host's slow-down).
 FREE = ("per_message_s", "compute_scale", "efficiency", "update_Bps")
 #: Iterations dropped at the start of each phase of a trace run before its per-rate median (the switch's transient).

@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.integration  # two real ranks
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_noisy_steady_run_and_a_real_change(load_benchmark, suite_iterations, tmp_path, capsys):
@@ -27,17 +22,6 @@ def test_a_noisy_steady_run_and_a_real_change(load_benchmark, suite_iterations, 
     assert bench.main([str(tmp_path), "--z", "3"]) == 0
     out = capsys.readouterr().out
     assert "| fixed 15% | 2 / " in out and "| noise_z 3 | 0 / " in out
-
-
-def test_the_h100_runs_shipped_with_the_docs(load_benchmark, capsys):
-    # the figure of docs/benchmarks.md 7.20: the default's two static runs on the H100 (run 13)
-    bench = load_benchmark("speed_rule_calibration")
-    path = ROOT / "docs" / "figures" / "bench_gpu_h100" / "run13" / "bench_gpu.json"
-    runs = bench.runs_of(path, 5)
-    assert len(runs) == 2 and len(json.loads(path.read_text())["tuned"]) == 5  # the runs that moved are left out
-    tot = [sum(x) for x in zip(*(bench.replay(c, 0.15, None)[:2] for c in runs.values()))]
-    noisy = [sum(x) for x in zip(*(bench.replay(c, 0.15, 3.0)[:2] for c in runs.values()))]
-    assert tot == [19, 154] and noisy == [0, 154]
 
 
 def test_bad_arguments(load_benchmark, tmp_path):

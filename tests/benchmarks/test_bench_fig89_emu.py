@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from pathlib import Path
 
@@ -16,6 +17,19 @@ MiB = 1 << 20
 @pytest.fixture(scope="module")
 def fig(load_benchmark):
     return load_benchmark("bench_fig89_emu")
+
+
+@pytest.fixture()
+def sim_params(fig, load_benchmark, tmp_path, monkeypatch):
+    """The fitted simulator parameters the summary reads, as bench_emulated.py writes them (here: the calibration's)."""
+    params = load_benchmark("bench_emulated").base_params().to_dict()
+    paths = {}
+    for arch, name in (("allreduce", "sim_vs_real.json"), ("ps", "ps_sim_vs_real.json")):
+        paths[arch] = tmp_path / "emulated" / name
+        paths[arch].parent.mkdir(exist_ok=True)
+        paths[arch].write_text(json.dumps({"fit": {"params": params}}))
+        monkeypatch.setitem(fig.SIM_PARAMS, arch, str(paths[arch]))
+    return paths
 
 
 @pytest.mark.parametrize(
@@ -98,7 +112,7 @@ def _write_point(d: Path, arch: str, rate: float, base: str, speeds: dict[str, t
     (d / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
-def test_summarize_takes_second_halves_ratios_simulator_and_paper(fig, tmp_path, capsys):
+def test_summarize_takes_second_halves_ratios_simulator_and_paper(fig, sim_params, tmp_path, capsys):
     _write_point(tmp_path / "ps-resnet50-500", "ps", 500, "dist_sync",
                  {"dist_sync": (4.0, 2.0), "bytescheduler": (3.0, 1.6), "oracle": (3.0, 1.0), "autobyte": (9.0, 1.6)})
     _write_point(tmp_path / "allreduce-alexnet-2500", "allreduce", 2500, "ddp", {"ddp": (2.0, 2.0), "autobyte": (1.0, 1.0)})
@@ -122,12 +136,12 @@ def test_summarize_takes_second_halves_ratios_simulator_and_paper(fig, tmp_path,
     assert ps["oracle_config"] == [MiB // 2, 4 * MiB] and ps["paper_gbps"] == 5.0
     assert ps["paper"]["over_baseline_pct"] == [16.7, 60.1] and ps["paper"]["over_bo_pct"] == [3.1, 17.5]
     s = ps["sim"]
-    assert s["params"] == "docs/figures/emulated/ps_sim_vs_real.json"
+    assert s["params"] == os.path.relpath(sim_params["ps"], ROOT)
     assert all(s[k] > 0 for k in ("baseline", "bytescheduler", "oracle_config", "grid_best"))
     assert s["oracle_config_vs_baseline"] == pytest.approx(s["oracle_config"] / s["baseline"])
     assert s["grid_best_config"] in ([MiB // 2, 4 * MiB], [2 * MiB, 32 * MiB])
     ar = rows[0]
-    assert ar["sim"]["params"] == "docs/figures/emulated/sim_vs_real.json" and ar["sim"]["baseline_stand_in"].startswith("simulate_ddp")
+    assert ar["sim"]["params"] == os.path.relpath(sim_params["allreduce"], ROOT) and ar["sim"]["baseline_stand_in"].startswith("simulate_ddp")
     assert ar["ratios"]["autobyte_vs_baseline"] == pytest.approx(2.0, rel=1e-4) and ar["ratios"]["oracle_vs_baseline"] is None
     assert ar["paper"]["over_baseline_pct"] == [15.1, 144.4]
     # the simulator's prediction depends on the point's rate: ResNet-50 is slower at 500 Mbit/s than at 2500
@@ -141,7 +155,7 @@ def test_summarize_takes_second_halves_ratios_simulator_and_paper(fig, tmp_path,
     assert md in capsys.readouterr().out
 
 
-def test_summarize_rejects_a_point_of_another_run(fig, tmp_path):
+def test_summarize_rejects_a_point_of_another_run(fig, sim_params, tmp_path):
     _write_point(tmp_path / "ps-resnet50-500", "ps", 1000, "dist_sync", {"dist_sync": (2.0, 2.0)})
     with pytest.raises(ValueError, match=r"point ps-resnet50-500: .* trace='const:1000', not arch='ps', trace='const:500'"):
         fig.main([str(tmp_path), "--summarize-only"])
