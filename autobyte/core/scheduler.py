@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .space import Config, check_bytes
+from .space import Config, check_bytes, check_wire
 
 #: Most messages one iteration's plan may hold. Every message is one
 #: collective (tens of microseconds at least) and one small object; beyond a
@@ -127,6 +127,29 @@ class Message:
     def sort_key(self) -> tuple[int, int, int]:
         """Priority order: nearest-input layer first, then chunk order, then plan order."""
         return (self.priority, self.chunk, self.index)
+
+
+#: Element type and size of each 16-bit wire precision (``"fp32"``: every tensor travels in its own type).
+WIRE_TYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
+_FLOAT_TYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+def on_wire(tensors: Sequence[TensorSpec], wire: str) -> list[TensorSpec]:
+    """``tensors`` as they travel at precision ``wire`` (see :data:`~autobyte.core.space.WIRES`).
+
+    At ``"fp32"`` every tensor travels in its own type (the list is returned
+    as it is). At 16 bits every floating-point tensor travels as ``bfloat16``
+    or ``float16``, two bytes an element, so a partition of ``n`` bytes holds
+    ``n / 2`` elements; other tensors keep their type.
+
+    Raises:
+        ValueError: ``wire`` is not one of the precisions.
+    """
+    check_wire(wire)
+    if wire == "fp32":
+        return list(tensors)
+    dtype, size = WIRE_TYPES[wire]
+    return [TensorSpec(t.name, t.numel, size, t.priority, dtype) if t.dtype in _FLOAT_TYPES else t for t in tensors]
 
 
 def plan_messages(
@@ -429,7 +452,10 @@ class Scheduler:
 
     A reconfiguration requested with :meth:`reconfigure` takes effect at the
     start of iteration ``at_iteration`` (:meth:`begin_iteration`), so that
-    every rank switches at the same boundary.
+    every rank switches at the same boundary. The plan is made of the
+    tensors as they travel at the configuration's wire precision
+    (:func:`on_wire`): ``tensors`` are the model's, ``wire_tensors`` the
+    plan's.
     """
 
     tensors: Sequence[TensorSpec]
@@ -443,20 +469,31 @@ class Scheduler:
     def __post_init__(self) -> None:
         if not isinstance(self.config, Config):
             raise TypeError(f"config must be a Config, but got {self.config!r}.")
-        self.messages = plan_messages(self.tensors, self.config.partition_bytes, self.ready_order)
+        self.messages = plan_messages(self.wire_tensors, self.config.partition_bytes, self.ready_order)
         self.history = [(self.iteration, self.config, "initial")]
 
     @property
-    def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
+    def wire_tensors(self) -> list[TensorSpec]:
+        """The tensors as they travel under the configuration in force (:func:`on_wire`)."""
+        return on_wire(self.tensors, self.config.wire)
 
-    def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None, reason: str = "") -> Config:
-        """Request ``<partition_bytes, credit_bytes>`` from ``at_iteration`` on (default: the next one).
+    @property
+    def total_bytes(self) -> int:
+        """Bytes one iteration sends (on the wire: half the gradients' fp32 bytes at 16 bits)."""
+        return sum(t.nbytes for t in self.wire_tensors)
+
+    def reconfigure(self, partition_bytes: int, credit_bytes: int, *, wire: str | None = None,
+                    at_iteration: int | None = None, reason: str = "") -> Config:
+        """Request ``<partition_bytes, credit_bytes>`` at precision ``wire`` from ``at_iteration`` on (default: the next one).
+
+        ``wire=None`` keeps the precision in force (or pending).
 
         Raises:
-            ValueError: an iteration already entered, or too many messages (:func:`check_message_count`).
+            ValueError: an iteration already entered, a bad ``wire``, or too many messages (:func:`check_message_count`).
         """
-        cfg = Config(partition_bytes, credit_bytes)
+        if wire is None:
+            wire = self._pending.config.wire if self._pending is not None else self.config.wire
+        cfg = Config(partition_bytes, credit_bytes, wire)
         self.check_config(cfg)
         at = self.iteration + 1 if at_iteration is None else int(at_iteration)
         if at <= self.iteration:
@@ -466,7 +503,7 @@ class Scheduler:
 
     def check_config(self, config: Config) -> None:
         """Raise ValueError if ``config`` cannot be planned for these tensors (see :func:`check_message_count`)."""
-        check_message_count(self.tensors, config.partition_bytes)
+        check_message_count(on_wire(self.tensors, config.wire), config.partition_bytes)
 
     @property
     def pending(self) -> tuple[Config, int] | None:
@@ -479,11 +516,11 @@ class Scheduler:
         if p is None or iteration < p.at_iteration:
             return False
         self._pending = None
-        changed = p.config.partition_bytes != self.config.partition_bytes
+        changed = p.config.partition_bytes != self.config.partition_bytes or p.config.wire != self.config.wire
         self.config = p.config
         self.history.append((iteration, p.config, p.reason))
         if changed:
-            self.messages = plan_messages(self.tensors, self.config.partition_bytes, self.ready_order)
+            self.messages = plan_messages(self.wire_tensors, self.config.partition_bytes, self.ready_order)
         return True
 
     def queue(self) -> CreditQueue:

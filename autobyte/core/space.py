@@ -1,6 +1,6 @@
-"""Configurations ``<partition_bytes, credit_bytes>`` and the candidate grid.
+"""Configurations ``<partition_bytes, credit_bytes>`` (and the gradients' precision on the wire) and the candidate grid.
 
-Units are bytes throughout. The paper's "credit 4X" is
+Units are bytes throughout, counted on the wire. The paper's "credit 4X" is
 ``credit_bytes = 4 * partition_bytes``.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,24 @@ MAX_BYTES = 1 << 40
 
 #: Credit value meaning "no limit on bytes in flight" (plain DDP's behaviour).
 UNLIMITED = MAX_BYTES
+
+#: Precisions gradients may travel in: their own (``"fp32"``, exact: the default) or 16 bits
+#: (``"bf16"``, ``"fp16"``: cast per message, averaged, cast back, as DDP's compression hooks do).
+WIRES = ("fp32", "bf16", "fp16")
+
+
+def check_wire(value: object, name: str = "wire") -> str:
+    """Validate a wire precision given by a user and return it.
+
+    Raises:
+        TypeError: ``value`` is not a string.
+        ValueError: ``value`` is not one of :data:`WIRES`.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of 'fp32', 'bf16', 'fp16', but got {name}={value!r}.")
+    if value not in WIRES:
+        raise ValueError(f"{name} must be one of 'fp32', 'bf16', 'fp16', but got {name}={value!r}.")
+    return value
 
 
 def check_bytes(name: str, value: object) -> int:
@@ -59,35 +77,64 @@ class Config:
             split, smaller neighbouring tensors are fused up to this size.
         credit_bytes: most bytes in flight at once (a lone message larger than
             the credit may still run alone).
+        wire: the gradients' precision on the wire, one of :data:`WIRES`
+            (default ``"fp32"``: the gradients' own, exact). Both sizes count
+            bytes on the wire: at 16 bits a partition holds twice the elements.
+
+    A configuration at the default wire compares, hashes, prints and
+    serialises exactly as one of ``<partition_bytes, credit_bytes>`` alone:
+    ``to_dict()`` and ``str()`` name the wire only when it is not ``"fp32"``.
 
     Raises:
-        TypeError, ValueError: see :func:`check_bytes`.
+        TypeError, ValueError: see :func:`check_bytes` and :func:`check_wire`.
     """
 
     partition_bytes: int
     credit_bytes: int
+    wire: str = "fp32"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "partition_bytes", check_bytes("partition_bytes", self.partition_bytes))
         object.__setattr__(self, "credit_bytes", check_bytes("credit_bytes", self.credit_bytes))
+        check_wire(self.wire)
+
+    def __hash__(self) -> int:
+        # the hash of the two-field configuration at the default wire: sets and dicts of
+        # configurations iterate in the same order as before the wire existed
+        if self.wire == "fp32":
+            return hash((self.partition_bytes, self.credit_bytes))
+        return hash((self.partition_bytes, self.credit_bytes, self.wire))
+
+    def __repr__(self) -> str:
+        wire = "" if self.wire == "fp32" else f", wire={self.wire!r}"
+        return f"Config(partition_bytes={self.partition_bytes}, credit_bytes={self.credit_bytes}{wire})"
 
     @classmethod
-    def from_multiple(cls, partition_bytes: int, credit_multiple: float) -> "Config":
+    def from_multiple(cls, partition_bytes: int, credit_multiple: float, wire: str = "fp32") -> "Config":
         """``Config(partition, credit_multiple * partition)``, the paper's "credit kX"."""
         if not isinstance(credit_multiple, (int, float, np.number)) or not math.isfinite(credit_multiple) or credit_multiple <= 0:
             raise ValueError(f"credit_multiple must be a positive finite number, but got credit_multiple={credit_multiple!r}.")
         partition_bytes = check_bytes("partition_bytes", partition_bytes)
-        return cls(partition_bytes, min(MAX_BYTES, max(1, int(round(partition_bytes * credit_multiple)))))
+        return cls(partition_bytes, min(MAX_BYTES, max(1, int(round(partition_bytes * credit_multiple)))), wire)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Config":
+        """Inverse of :meth:`to_dict`; a dict without ``"wire"`` (older records) is at ``"fp32"``."""
+        return cls(d["partition_bytes"], d["credit_bytes"], d.get("wire", "fp32"))
 
     @property
     def credit_multiple(self) -> float:
         return self.credit_bytes / self.partition_bytes
 
-    def to_dict(self) -> dict[str, int]:
-        return {"partition_bytes": self.partition_bytes, "credit_bytes": self.credit_bytes}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"partition_bytes": self.partition_bytes, "credit_bytes": self.credit_bytes}
+        if self.wire != "fp32":
+            out["wire"] = self.wire
+        return out
 
     def __str__(self) -> str:
-        return f"<partition {_human(self.partition_bytes)}, credit {self.credit_multiple:g}X>"
+        wire = "" if self.wire == "fp32" else f", {self.wire}"
+        return f"<partition {_human(self.partition_bytes)}, credit {self.credit_multiple:g}X{wire}>"
 
 
 def _human(n: int) -> str:

@@ -18,13 +18,13 @@ Waits and timeouts are the engine's business: they stay inside its
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from .metrics import StatsCollector, WindowStats
-from .space import Config
+from .space import WIRES, Config, check_wire
 from .tuning import Controller
 
 
@@ -86,7 +86,7 @@ FLAG_DECISION = 1  # a new configuration applies from ``at_iteration``
 FLAG_WINDOW_CLOSED = 2  # the check completed a window (the tuner was asked)
 FLAG_REGIME_CHANGED = 4  # the controller saw conditions change
 _MAGIC = 7_340_033.0  # first element of every message: a stray buffer is refused, never applied
-_HEAD = 7  # magic, flags, partition, credit, at_iteration, speed, predicted speed
+_HEAD = 8  # magic, flags, partition, credit, at_iteration, speed, predicted speed, wire precision (index in WIRES)
 #: Bytes of the decision's reason that travel (UTF-8, truncated).
 REASON_BYTES = 96
 #: Length of every decision message (float64 elements), whatever it carries.
@@ -110,7 +110,8 @@ def encode(msg: Wire) -> np.ndarray:
     out = np.zeros(WIRE_LEN, dtype=np.float64)
     nan = float("nan")
     out[:_HEAD] = [_MAGIC, msg.flags, msg.config.partition_bytes, msg.config.credit_bytes, msg.at_iteration,
-                   nan if msg.speed is None else msg.speed, nan if msg.predicted_speed is None else msg.predicted_speed]
+                   nan if msg.speed is None else msg.speed, nan if msg.predicted_speed is None else msg.predicted_speed,
+                   WIRES.index(msg.config.wire)]
     raw = msg.reason.encode("utf-8")[:REASON_BYTES]
     out[_HEAD:_HEAD + len(raw)] = list(raw)
     return out
@@ -126,9 +127,12 @@ def decode(vector: Sequence[float] | np.ndarray) -> Wire:
     if v.shape != (WIRE_LEN,) or v[0] != _MAGIC:
         raise ValueError(f"a decision message must be {WIRE_LEN} float64 values starting with {_MAGIC}, "
                          f"but got {v.size} values starting with {v[0] if v.size else None}.")
+    if v[7] not in range(len(WIRES)):
+        raise ValueError(f"a decision message's wire precision must be an index in {WIRES}, but got {v[7]}.")
     raw = bytes(int(x) for x in v[_HEAD:] if x > 0)
     opt = (lambda x: None if math.isnan(x) else float(x))  # noqa: E731
-    return Wire(int(v[1]), Config(int(v[2]), int(v[3])), int(v[4]), opt(v[5]), opt(v[6]), raw.decode("utf-8", "replace"))
+    return Wire(int(v[1]), Config(int(v[2]), int(v[3]), WIRES[int(v[7])]), int(v[4]), opt(v[5]), opt(v[6]),
+                raw.decode("utf-8", "replace"))
 
 
 # ---------------------------------------------------------------- the records
@@ -157,7 +161,7 @@ class DecisionRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DecisionRecord":
-        return cls(int(d["iteration"]), Config(**d["old"]), Config(**d["new"]), str(d["reason"]),
+        return cls(int(d["iteration"]), Config.from_dict(d["old"]), Config.from_dict(d["new"]), str(d["reason"]),
                    d.get("predicted_speed"), d.get("observed_speed"))
 
 
@@ -216,25 +220,49 @@ class WindowCoordinator:
     every iteration, and applies the returned configuration from
     ``config_from`` on.
 
+    The wire precision (:attr:`Config.wire`) is either the job's, which the
+    tuner does not choose (``wire`` given), or the tuner's own (``wire=None``).
+    With ``wire`` given, the controller and its tuner see every configuration
+    at the default wire ``"fp32"`` (their space, their records and their
+    decisions are unchanged by the job's precision), and the coordinator gives
+    the job's precision to everything it sends, applies and records. A change
+    of the job's precision (a user's :meth:`apply`) then reaches the tuner as
+    a change of conditions under an unchanged configuration.
+
     Args:
         controller: windows, features and the tuner.
         collective: the engine's transport.
+        wire: the job's wire precision (``"fp32"``, ``"bf16"``, ``"fp16"``),
+            or ``None``: the controller's configurations carry it.
+
+    Raises:
+        TypeError, ValueError: a bad ``controller``, ``collective`` or ``wire``.
     """
 
-    def __init__(self, controller: Controller, collective: Collective) -> None:
+    def __init__(self, controller: Controller, collective: Collective, *, wire: str | None = None) -> None:
         if not isinstance(controller, Controller):
             raise TypeError(f"controller must be a Controller, but got controller={controller!r}.")
         if not isinstance(collective, Collective):
             raise TypeError(f"collective must implement Collective (rank, world_size, all_gather, broadcast), but got collective={collective!r}.")
         self.controller = controller
         self.collective = collective
+        #: the job's wire precision (``None``: the controller's configurations carry it)
+        self.wire = None if wire is None else check_wire(wire)
         #: every reconfiguration applied, on every rank
         self.history: list[DecisionRecord] = []
+
+    def _outward(self, config: Config) -> Config:
+        """A controller's configuration as the engine runs it (at the job's wire precision)."""
+        return config if self.wire is None or config.wire == self.wire else replace(config, wire=self.wire)
+
+    def _inward(self, config: Config) -> Config:
+        """An engine's configuration as the controller sees it (at ``"fp32"`` when the job holds the precision)."""
+        return config if self.wire is None or config.wire == "fp32" else replace(config, wire="fp32")
 
     @property
     def config(self) -> Config:
         """The configuration in force (the one place that holds it)."""
-        return self.controller.current
+        return self._outward(self.controller.current)
 
     @property
     def rank(self) -> int:
@@ -264,10 +292,13 @@ class WindowCoordinator:
         applying at ``iteration``.
         """
         ctl = self.controller
-        before = ctl.initial if engine_config is None else engine_config
+        before = self._inward(ctl.initial if engine_config is None else engine_config)
+        if engine_config is not None and self.wire is not None:
+            self.wire = engine_config.wire
         mine = None
         if self.rank == 0:
-            mine = Wire(0, ctl.current, iteration, reason="tuner start" if ctl.current != before else "rank 0's configuration")
+            mine = Wire(0, self._outward(ctl.current), iteration,
+                        reason="tuner start" if ctl.current != before else "rank 0's configuration")
         msg = self._agree(mine)
         ctl.current = before
         record = self.apply(msg.at_iteration, msg.config, msg.reason)
@@ -306,12 +337,13 @@ class WindowCoordinator:
                 flags |= FLAG_WINDOW_CLOSED | (FLAG_REGIME_CHANGED if entry.get("regime_changed") else 0)
             speed = entry["speed"] if entry is not None else None
             if decision is not None:
-                mine = Wire(flags | FLAG_DECISION, decision.config, at, speed, decision.predicted_speed, decision.reason)
+                mine = Wire(flags | FLAG_DECISION, self._outward(decision.config), at, speed, decision.predicted_speed,
+                            decision.reason)
             else:
-                mine = Wire(flags, ctl.current, at, speed)
+                mine = Wire(flags, self.config, at, speed)
         msg = self._agree(mine)
         record = None
-        if msg.flags & FLAG_DECISION and msg.config != ctl.current:
+        if msg.flags & FLAG_DECISION and msg.config != self.config:
             record = self.apply(msg.at_iteration, msg.config, msg.reason, msg.predicted_speed, msg.speed)
         return WindowOutcome(iteration, True, bool(msg.flags & FLAG_WINDOW_CLOSED), record, self.config,
                              msg.at_iteration if record is not None else iteration, windows, msg.speed,
@@ -322,12 +354,15 @@ class WindowCoordinator:
         """This rank: ``config`` is in force from ``iteration`` (an agreed decision, or a user's collective call).
 
         Returns the record appended to :attr:`history` (``None`` when
-        ``config`` is already in force: nothing to do).
+        ``config`` is already in force: nothing to do). With the job's
+        precision held here (``wire`` given), ``config.wire`` becomes it.
         """
-        old = self.controller.current
+        old = self.config
         if config == old:
             return None
-        self.controller.applied(iteration, config)
+        if self.wire is not None:
+            self.wire = config.wire
+        self.controller.applied(iteration, self._inward(config))
         record = DecisionRecord(iteration, old, config, reason, predicted_speed, observed_speed)
         self.history.append(record)
         return record

@@ -19,7 +19,7 @@ class CollectiveMismatchError(RuntimeError):
 
 def check_tuning_args(
     tuner: Any, partition_bytes: Any, credit_bytes: Any, window_iters: Any, warmup_iters: Any,
-    space: Any, verbose: Any, timeout_s: Any,
+    space: Any, verbose: Any, timeout_s: Any, wire: Any = "fp32",
 ) -> Config:
     """Validate the arguments the callbacks share; return the initial configuration.
 
@@ -33,7 +33,7 @@ def check_tuning_args(
             raise ValueError(f"tuner must be one of {tuner_names()}, a Tuner or None, but got tuner={tuner!r}.")
     elif tuner is not None and not isinstance(tuner, Tuner):
         raise TypeError(f"tuner must be a tuner name, an autobyte Tuner or None, but got tuner={tuner!r}.")
-    initial = Config(partition_bytes, credit_bytes)
+    initial = Config(partition_bytes, credit_bytes, wire)
     check_int("window_iters", window_iters)
     check_int("warmup_iters", warmup_iters, minimum=0)
     if space is not None and not isinstance(space, SearchSpace):

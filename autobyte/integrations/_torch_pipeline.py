@@ -193,7 +193,21 @@ class _Pipeline:
                 # Made on autograd's stream, read and freed on the engine's: the allocator
                 # must not hand its memory out again before this stream is done with it.
                 p.grad.record_stream(self._stream)
-        if len(segs) == 1:
+        if _cast(m, self.tensors):
+            # 16 bits on the wire, as DDP's compression hooks: cast into the message's 16-bit buffer,
+            # divide by the world size there (the sum of the ranks' shares is the average), sum, and
+            # cast back at completion
+            buf = self._fused_buffer(m, version)
+            parts = [self.params[sg.tensor].grad.view(-1)[sg.start:sg.stop] for sg in segs]
+            if len(parts) == 1:
+                buf.copy_(parts[0])
+            else:
+                torch._foreach_copy_(list(buf.split([sg.numel for sg in segs])), parts)
+            buf.div_(self.world_size)
+            if buf.dtype == torch.float16:
+                _divide_first_where_the_cast_overflowed(buf, parts, self.world_size)
+            view = False
+        elif len(segs) == 1:
             g = self.params[segs[0].tensor].grad
             buf = g.view(-1)[segs[0].start:segs[0].stop]
             view = True
@@ -225,12 +239,13 @@ class _Pipeline:
             self._fused_key, self._fused, self._slot = key, {}, {}
         buf = self._fused.get(m.index)
         if buf is None:
-            buf = torch.zeros(m.numel, dtype=self.params[m.segments[0].tensor].dtype, device=self.device)
+            buf = torch.zeros(m.numel, dtype=getattr(torch, m.dtype), device=self.device)
             self._fused[m.index] = buf
-            off = 0
-            for sg in m.segments:
-                self._slot[sg.tensor] = (buf, off)
-                off += sg.numel
+            if not _cast(m, self.tensors):  # gradients stay in their own precision, so they can live in buf
+                off = 0
+                for sg in m.segments:
+                    self._slot[sg.tensor] = (buf, off)
+                    off += sg.numel
         return buf
 
     def _bound(self, m: Message, buf: Any) -> bool:
@@ -311,7 +326,8 @@ class _Pipeline:
             ev.synchronize()
         t1 = time.perf_counter()
         with torch.no_grad():
-            buf.div_(self.world_size)
+            if not _cast(m, self.tensors):  # a 16-bit message was divided before its sum
+                buf.div_(self.world_size)
             if not view:
                 dst, src, off = [], [], 0
                 for s in m.segments:
@@ -321,7 +337,7 @@ class _Pipeline:
                 if len(dst) == 1:
                     dst[0].copy_(src[0])
                 else:
-                    torch._foreach_copy_(dst, src)  # one multi-tensor launch on CUDA
+                    torch._foreach_copy_(dst, src)  # one multi-tensor launch on CUDA (casting back from 16 bits)
         with self._stats_lock:
             self.stats.message_done(m.nbytes, t0, t1)
         if self.timeline is not None:
@@ -381,3 +397,25 @@ class _Pipeline:
                 self._update_ev[t] = (self._update_seq, ev)
         for t in done:
             self._updated[t].set()
+
+
+def _cast(m: Message, tensors: list[TensorSpec]) -> bool:
+    """Whether message ``m`` travels in another precision than some of its gradients (a 16-bit wire)."""
+    return any(tensors[sg.tensor].dtype != m.dtype for sg in m.segments)
+
+
+def _divide_first_where_the_cast_overflowed(buf: Any, parts: list[Any], world_size: int) -> None:
+    """fp16: an element whose gradient exceeds 65504 but whose share ``g / world_size`` does not gets the share.
+
+    Elsewhere the buffer is the hook's, bit for bit (cast, then divide in 16 bits); there the hook's
+    cast makes inf, while the average the ranks' shares sum to may well be finite.
+    """
+    if bool(torch.isfinite(buf).all()):
+        return
+    off = 0
+    for g in parts:
+        dst = buf[off:off + g.numel()]
+        bad = torch.isinf(dst) & torch.isfinite(g)
+        if bool(bad.any()):
+            dst[bad] = (g[bad] / world_size).to(buf.dtype)
+        off += g.numel()

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core.metrics import StatsCollector, WindowStats
 from ..core.scheduler import Scheduler, TensorSpec, estimated_order
-from ..core.space import Config
+from ..core.space import WIRES, Config, check_wire
 from ..core.tuning import Controller
 from ..core.window import DecisionRecord, Wire, WindowCoordinator, WindowOutcome, decode, encode
 from ._imports import require_torch
@@ -155,7 +155,8 @@ class _Window:
             self.scheduler = Scheduler(self.tensors, d.new)
             self._order = list(range(len(self.scheduler.messages)))
         else:
-            self.scheduler.reconfigure(d.new.partition_bytes, d.new.credit_bytes, at_iteration=d.iteration, reason=d.reason)
+            self.scheduler.reconfigure(d.new.partition_bytes, d.new.credit_bytes, wire=d.new.wire, at_iteration=d.iteration,
+                                       reason=d.reason)
 
     @property
     def reconfigurations(self) -> list[DecisionRecord]:
@@ -187,13 +188,18 @@ class _Window:
             order = [int(x) for x in tensor.tolist()]
         return order
 
-    def reconfigure(self, partition_bytes: int, credit_bytes: int, *, at_iteration: int | None = None) -> Config:
-        """Switch to ``<partition_bytes, credit_bytes>`` at an iteration boundary.
+    def reconfigure(self, partition_bytes: int | None = None, credit_bytes: int | None = None, *, wire: str | None = None,
+                    at_iteration: int | None = None) -> Config:
+        """Switch to ``<partition_bytes, credit_bytes>`` at precision ``wire`` at an iteration boundary.
 
         A collective call: every rank must call it with the same values.
+        An argument left ``None`` keeps its value in force (or already
+        requested): ``reconfigure(wire="bf16")`` changes the precision only.
         Called before the first training step, the configuration applies
         from the first step; a call for the configuration in force (with
-        nothing else pending) changes nothing.
+        nothing else pending) changes nothing. The iteration before
+        ``at_iteration`` is averaged at the old configuration, every later
+        one at the new: no update is lost or applied twice.
 
         Raises:
             TypeError, ValueError: invalid sizes or iteration, or ranks disagree.
@@ -201,7 +207,11 @@ class _Window:
                 reached another collective call).
             PeerLostError: a peer did not call it within ``timeout_s``.
         """
-        cfg = Config(partition_bytes, credit_bytes)
+        pending = self.scheduler.pending
+        base = pending[0] if pending is not None else self.scheduler.config
+        cfg = Config(base.partition_bytes if partition_bytes is None else partition_bytes,
+                     base.credit_bytes if credit_bytes is None else credit_bytes,
+                     base.wire if wire is None else check_wire(wire))
         self.scheduler.check_config(cfg)
         if at_iteration is not None and (isinstance(at_iteration, bool) or not isinstance(at_iteration, int)):
             raise TypeError(f"at_iteration must be an integer or None, but got at_iteration={at_iteration!r}.")
@@ -212,12 +222,13 @@ class _Window:
         self._raise_if_failed()
         if self.active:
             self._control(4)
-            mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at], dtype=torch.int64, device=self._cdev)
+            mine = torch.tensor([cfg.partition_bytes, cfg.credit_bytes, at, WIRES.index(cfg.wire)], dtype=torch.int64, device=self._cdev)
             out = [torch.zeros_like(mine) for _ in range(self.world_size)]
             self._collective(lambda: dist.all_gather(out, mine, group=self.ctl_group), "reconfigure() on every rank")
             seen = [tuple(row) for row in torch.stack(out).tolist()]
             if len(set(seen)) > 1:
-                detail = ", ".join(f"rank {r}: partition_bytes={s[0]}, credit_bytes={s[1]}, at_iteration={s[2]}" for r, s in enumerate(seen))
+                detail = ", ".join(f"rank {r}: partition_bytes={s[0]}, credit_bytes={s[1]}, at_iteration={s[2]}, "
+                                   f"wire={WIRES[s[3]]!r}" for r, s in enumerate(seen))
                 raise ValueError(f"reconfigure must be called with the same arguments on every rank, but got {detail}.")
         if self.iteration < 0 and at == 0:
             # Nothing ran yet: the first step starts with this plan.
@@ -229,5 +240,28 @@ class _Window:
             return cfg
         if cfg == self.scheduler.config and self.scheduler.pending is None:
             return cfg  # already in force: nothing to do
-        self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=at, reason="user")
+        self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, wire=cfg.wire, at_iteration=at, reason="user")
         return cfg
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-typed state: configuration, iteration, controller/tuner state."""
+        out: dict[str, Any] = {"config": self.scheduler.config.to_dict(), "iteration": self.iteration}
+        if self.coordinator is not None:
+            out["controller"] = self.coordinator.controller.state_dict()
+            out["reconfigurations"] = [r.to_dict() for r in self.coordinator.history]
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        cfg = Config.from_dict(state["config"]) if "config" in state else self.scheduler.config
+        if self.coordinator is not None and "controller" in state:
+            self.coordinator.load_state_dict({"controller": state["controller"], "history": state.get("reconfigurations", [])})
+        if cfg != self.scheduler.config:
+            if self.iteration < 0:
+                # Nothing ran yet: start from the restored plan (every rank loads the same state).
+                self.scheduler = Scheduler(self.tensors, cfg)
+                self._order = list(range(len(self.scheduler.messages)))
+                if self.coordinator is not None and self.coordinator.wire is not None:
+                    self.coordinator.wire = cfg.wire  # the coordinator's configuration in force is the restored one
+            else:
+                self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, wire=cfg.wire, at_iteration=self.iteration + 1,
+                                           reason="restored")

@@ -32,6 +32,7 @@ import contextlib
 import threading
 import time
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
@@ -63,8 +64,8 @@ __all__ = ["CollectiveMismatchError", "PeerLostError", "ScheduledTraining", "dev
 class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
     """Handle returned by :func:`schedule`: owns hooks, threads and statistics.
 
-    Use :meth:`reconfigure` to change ``<partition_bytes, credit_bytes>`` (a
-    collective call: every rank must pass the same values), :meth:`synchronize`
+    Use :meth:`reconfigure` to change ``<partition_bytes, credit_bytes>`` or
+    the ``wire`` precision (a collective call: every rank must pass the same values), :meth:`synchronize`
     before reading parameters outside the training loop, :meth:`window_stats`
     for statistics, :meth:`no_sync` for gradient accumulation and :meth:`close`
     to restore the model and optimizer. Counters: ``update_steps``, ``host_s``, ``thread_s`` (docs/torch.md).
@@ -143,11 +144,12 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         self._fwd_start = 0.0
         if tuner is not None:
             link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
+            # the job's wire precision is held by the coordinator: the tuner sees fp32 configurations
             self.controller = Controller(
-                tuner, space or SearchSpace.default(), config, "allreduce", [t.nbytes for t in self.tensors],
+                tuner, space or SearchSpace.default(), replace(config, wire="fp32"), "allreduce", [t.nbytes for t in self.tensors],
                 window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link, world_size=self.world_size,
             )
-            self.coordinator = WindowCoordinator(self.controller, _ControlCollective(self))
+            self.coordinator = WindowCoordinator(self.controller, _ControlCollective(self), wire=config.wire)
             if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
                 self._follow(self.coordinator.start(0, config))
         self.window_iters = window_iters
@@ -333,26 +335,6 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
                 if self._error is None and not (self._issuer.is_alive() or self._completer.is_alive()):
                     self._release_groups()
 
-    def state_dict(self) -> dict[str, Any]:
-        """Plain-typed state: configuration, iteration, controller/tuner state."""
-        out: dict[str, Any] = {"config": self.config.to_dict(), "iteration": self.iteration}
-        if self.coordinator is not None:
-            out["controller"] = self.coordinator.controller.state_dict()
-            out["reconfigurations"] = [r.to_dict() for r in self.coordinator.history]
-        return out
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        cfg = Config(**state["config"]) if "config" in state else self.config
-        if self.coordinator is not None and "controller" in state:
-            self.coordinator.load_state_dict({"controller": state["controller"], "history": state.get("reconfigurations", [])})
-        if cfg != self.config:
-            if self.iteration < 0:
-                # Nothing ran yet: start from the restored plan (every rank loads the same state).
-                self.scheduler = Scheduler(self.tensors, cfg)
-                self._order = list(range(len(self.scheduler.messages)))
-            else:
-                self.scheduler.reconfigure(cfg.partition_bytes, cfg.credit_bytes, at_iteration=self.iteration + 1, reason="restored")
-
 
 def schedule(
     model: "_Module",
@@ -371,6 +353,7 @@ def schedule(
     on_decision: Callable[[WindowOutcome], None] | None = None,
     iteration_hooks: bool = True,
     verbose: bool | None = None,
+    wire: str = "fp32",
 ) -> ScheduledTraining:
     """Take over gradient synchronisation of ``model`` with scheduled all-reduce.
 
@@ -409,6 +392,12 @@ def schedule(
         verbose: print one line per reconfiguration on rank 0 (iteration,
             old and new configuration, reason). Default: on, unless
             ``on_decision`` is given (the framework callbacks report decisions themselves).
+        wire: the gradients' precision on the wire: ``"fp32"`` (default,
+            exact: DDP's results bit for bit), ``"bf16"`` or ``"fp16"``: each
+            message is divided by the world size, cast to 16 bits, summed in
+            16 bits and cast back before the update, the numerics of DDP's
+            ``bf16_compress_hook``/``fp16_compress_hook`` (docs/torch.md, "16-bit
+            gradients on the wire"). Sizes count bytes on the wire.
 
     Returns:
         A :class:`ScheduledTraining` handle.
@@ -432,7 +421,7 @@ def schedule(
     elif not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, but got {type(optimizer).__name__}.")
     config = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space,
-                               True if verbose is None else verbose, timeout_s)
+                               True if verbose is None else verbose, timeout_s, wire)
     if isinstance(tuner, str):
         from ..core.tuners import make_tuner
 

@@ -207,3 +207,26 @@ def test_schedule_classes_rejects_no_gradients():
         schedule_classes([], [Config(1024, 1024)])
     with pytest.raises(ValueError, match=r"but got \[4, 0\]"):
         schedule_classes([4, 0], [Config(1024, 1024)])
+
+
+def test_a_16_bit_wire_plans_bytes_on_the_wire():
+    from autobyte.core.scheduler import on_wire
+
+    tensors = tensors_from_sizes([1000, 3000, 500])  # float32
+    assert on_wire(tensors, "fp32") == tensors
+    half = on_wire(tensors, "bf16")
+    assert [t.itemsize for t in half] == [2, 2, 2] and {t.dtype for t in half} == {"bfloat16"}
+    # the same 4000-byte partition holds twice the elements at 16 bits
+    assert max(m.numel for m in plan_messages(tensors, 4000)) == 1000
+    assert max(m.numel for m in plan_messages(half, 4000)) == 2000
+    s = Scheduler(tensors, Config(4000, 8000))
+    assert s.total_bytes == 4 * 4500
+    s.reconfigure(4000, 8000, wire="fp16", at_iteration=2)
+    assert not s.begin_iteration(1) and s.begin_iteration(2)
+    assert s.config == Config(4000, 8000, "fp16") and s.total_bytes == 2 * 4500
+    assert {m.dtype for m in s.messages} == {"float16"} and max(m.numel for m in s.messages) == 2000
+    s.reconfigure(8000, 8000, at_iteration=3)  # wire=None keeps the precision in force
+    s.begin_iteration(3)
+    assert s.config == Config(8000, 8000, "fp16")
+    with pytest.raises(ValueError, match="wire must be one of"):
+        s.reconfigure(8000, 8000, wire="fp8")

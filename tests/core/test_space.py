@@ -71,3 +71,34 @@ def test_space_errors_and_lookup():
     assert s.nearest(Config(3 * MiB, 7 * MiB)) == Config(4 * MiB, 8 * MiB)
     one = SearchSpace([Config(MiB, MiB)])
     assert len(one) == 1 and one.nearest(Config(1, 1)) == Config(MiB, MiB)
+
+
+def test_config_wire_defaults_to_fp32_and_changes_nothing_there():
+    c = Config(MiB, 4 * MiB)
+    assert c.wire == "fp32" and c == Config(MiB, 4 * MiB, "fp32")
+    # hashing, printing and serialising are those of the two-field configuration
+    assert hash(c) == hash((MiB, 4 * MiB))
+    assert str(c) == "<partition 1 MiB, credit 4X>" and repr(c) == f"Config(partition_bytes={MiB}, credit_bytes={4 * MiB})"
+    assert c.to_dict() == {"partition_bytes": MiB, "credit_bytes": 4 * MiB}
+    assert Config.from_dict(c.to_dict()) == c == Config(**c.to_dict())
+    assert sorted([Config(2, 1), Config(1, 2), Config(1, 1)]) == [Config(1, 1), Config(1, 2), Config(2, 1)]
+    assert SearchSpace.default().to_array().shape[1] == 2
+
+
+@pytest.mark.parametrize("wire", ["bf16", "fp16"])
+def test_config_16_bit_wire_is_another_configuration(wire):
+    c = Config(MiB, 4 * MiB, wire)
+    assert c != Config(MiB, 4 * MiB) and len({c, Config(MiB, 4 * MiB)}) == 2
+    assert str(c) == f"<partition 1 MiB, credit 4X, {wire}>"
+    assert repr(c) == f"Config(partition_bytes={MiB}, credit_bytes={4 * MiB}, wire={wire!r})"
+    assert c.to_dict() == {"partition_bytes": MiB, "credit_bytes": 4 * MiB, "wire": wire}
+    assert Config.from_dict(c.to_dict()) == c and Config.from_multiple(MiB, 4, wire) == c
+    assert Config.from_dict({"partition_bytes": MiB, "credit_bytes": 4 * MiB}).wire == "fp32"  # an older record
+
+
+@pytest.mark.parametrize("wire, exc", [("fp8", ValueError), ("BF16", ValueError), ("", ValueError), (16, TypeError),
+                                       (None, TypeError)])
+def test_config_refuses_a_bad_wire_in_one_line(wire, exc):
+    with pytest.raises(exc, match=r"^wire must be one of 'fp32', 'bf16', 'fp16', but got wire=") as info:
+        Config(MiB, MiB, wire)
+    assert repr(wire) in str(info.value) and "\n" not in str(info.value)

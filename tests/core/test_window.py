@@ -259,3 +259,61 @@ def test_bad_arguments():
         WindowCoordinator(object(), LocalCollective())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="collective must implement Collective"):
         WindowCoordinator(_controller(StaticTuner()), object())  # type: ignore[arg-type]
+
+
+def test_the_wire_format_carries_the_precision():
+    for wire in ("fp32", "bf16", "fp16"):
+        back = decode(encode(Wire(FLAG_DECISION, Config(4096, 8192, wire), 7)))
+        assert back.config == Config(4096, 8192, wire) and back.at_iteration == 7
+    bad = encode(Wire(0, Config(1, 1), 0))
+    bad[7] = 5
+    with pytest.raises(ValueError, match="wire precision must be an index"):
+        decode(bad)
+
+
+class ToBf16(Flip):
+    """A tuner whose space holds the wire: it moves to bf16 at its first window."""
+
+    def observe(self, obs: Observation) -> Decision | None:
+        self.calls += 1
+        return Decision(Config(obs.config.partition_bytes, obs.config.credit_bytes, "bf16"), "to 16 bits") if self.calls == 1 else None
+
+
+def test_a_tuners_precision_applies_at_one_iteration_on_every_rank():
+    space = SearchSpace([SPACE[0], Config(1000, 1000, "bf16")])
+
+    def body(rank: int, coll: ThreadCollective) -> tuple[list[Any], Config]:
+        ctl = Controller(ToBf16() if rank == 0 else Refuses(), space, SPACE[0], "allreduce", [400, 600], window_iters=4,
+                         warmup_iters=1, world_size=2)
+        coord = WindowCoordinator(ctl, coll)  # wire=None: the controller's configurations carry it
+        coord.start(0)
+        return [o.decision for o in _train(coord, rank, 8) if o.decision], coord.config
+
+    (d0, c0), (d1, c1) = _run_ranks(2, body)
+    assert d0 == d1 == [DecisionRecord(5, SPACE[0], Config(1000, 1000, "bf16"), "to 16 bits", None, 120.0)]
+    assert c0 == c1 == Config(1000, 1000, "bf16")
+
+
+def test_a_jobs_precision_is_kept_whatever_the_tuner_picks():
+    def body(rank: int, coll: ThreadCollective) -> tuple[list[Any], Config, Controller]:
+        ctl = _controller(Flip() if rank == 0 else Refuses())
+        coord = WindowCoordinator(ctl, coll, wire="fp16")
+        coord.start(0, Config(1000, 1000, "fp16"))
+        return [o.decision for o in _train(coord, rank, 8) if o.decision], coord.config, ctl
+
+    (d0, c0, ctl0), (d1, c1, _) = _run_ranks(2, body)
+    # the tuner saw fp32 configurations of its own space; the decision travels and applies at the job's fp16
+    assert d0 == d1 and d0[0].old == Config(1000, 1000, "fp16") and d0[0].new == Config(2000, 4000, "fp16")
+    assert c0 == c1 == Config(2000, 4000, "fp16") and ctl0.current == SPACE[1]
+    assert all("wire" not in e["config"] for e in ctl0.history)
+
+
+def test_a_users_change_of_precision_is_a_record_and_the_tuner_keeps_its_configuration():
+    ctl = _controller(StaticTuner(), world_size=1)
+    coord = WindowCoordinator(ctl, LocalCollective(), wire="fp32")
+    rec = coord.apply(3, Config(1000, 1000, "bf16"), "user")
+    assert rec == DecisionRecord(3, SPACE[0], Config(1000, 1000, "bf16"), "user")
+    assert coord.config == Config(1000, 1000, "bf16") and coord.wire == "bf16" and ctl.current == SPACE[0]
+    assert DecisionRecord.from_dict(rec.to_dict()) == rec
+    with pytest.raises(ValueError, match="wire must be one of"):
+        WindowCoordinator(ctl, LocalCollective(), wire="int8")
