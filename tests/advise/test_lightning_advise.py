@@ -66,6 +66,7 @@ def test_before_fitting_says_when_to_call():
         AutoByteCallback(tuner=None).advise_ddp(n_workers=2, bandwidth_gbps=1.0)
 
 
+@pytest.mark.integration
 def test_advice_from_a_real_two_rank_ddp_job():
     """2 Lightning ranks on gloo (strategy="ddp"); each asks for the advice after its first window, with the
     link measured by the job itself."""

@@ -7,6 +7,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration  # real Lightning jobs in processes
+
 
 def test_demo_runs_end_to_end(tmp_path):
     out = tmp_path / "demo"

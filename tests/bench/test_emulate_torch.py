@@ -91,6 +91,7 @@ def test_bad_arguments_are_named(kw, match):
         EmulatedModel(**kw)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["schedule", "ddp"])
 def test_two_real_ranks_average_the_emulated_gradients(tmp_path, mode):
     res = run_ranks([os.path.join(HERE, "emulated_rank.py"), str(tmp_path), mode], 2, timeout_s=240)

@@ -31,6 +31,7 @@ def test_plan_errors_name_the_argument_and_the_other_architecture():
     assert BenchPlan().methods == _real.METHODS
 
 
+@pytest.mark.integration
 @pytest.mark.root
 @pytest.mark.slow
 def test_ps_bench_runs_every_method_through_the_cli(tmp_path, monkeypatch):
@@ -85,6 +86,7 @@ def test_hindsight_is_the_config_with_the_shortest_predicted_trace():
     assert _real.hindsight_config(plan, grid) == c
 
 
+@pytest.mark.integration
 def test_the_emulated_ps_model_gives_one_loss_per_sample_as_the_handler_counts_them():
     # AutoByteHandler.batch_end counts a batch's samples from the losses' first dimension (Gluon's convention);
     # a scalar loss made the tuner see one sample per iteration (speeds 64x low) before 2026-11-24.
@@ -106,6 +108,7 @@ def test_the_emulated_ps_model_gives_one_loss_per_sample_as_the_handler_counts_t
     assert bs > 1 and shape == [bs] and counted == bs, res.stdout
 
 
+@pytest.mark.integration
 def test_a_slowed_emulated_worker_sleeps_every_layer_longer_backward_included():
     """The slowdown scales each emulated layer's sleeps (a host sleep before the iteration would overlap MXNet's
     asynchronous backward of the previous one and slow the worker by less than asked)."""

@@ -453,6 +453,7 @@ def test_suite_methods_list_every_base_method():
 
 # -- a real run through the testbed -------------------------------------------------------------
 
+@pytest.mark.integration
 @pytest.mark.root
 @pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
 def test_smoke_suite_runs_for_real(tmp_path, monkeypatch):
@@ -499,6 +500,7 @@ def test_compute_seconds_is_a_positive_local_measurement():
     assert 0 < compute_seconds("cnn", 2) < 30
 
 
+@pytest.mark.integration
 @pytest.mark.root
 @pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
 def test_slowed_rank_sleeps_its_factor_of_the_given_compute_time(tmp_path):
@@ -515,6 +517,7 @@ def test_slowed_rank_sleeps_its_factor_of_the_given_compute_time(tmp_path):
     assert json.loads((tmp_path / "rank1.json").read_text())["compute_s"] == 0.5
 
 
+@pytest.mark.integration
 @pytest.mark.root
 @pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
 def test_emulated_smoke_suite_runs_for_real(tmp_path):
@@ -538,6 +541,7 @@ def test_emulated_smoke_suite_runs_for_real(tmp_path):
         assert sc["methods"][m]["median"] > 0
 
 
+@pytest.mark.integration
 @pytest.mark.root
 @pytest.mark.skipif(not HAVE_ROOT_AND_IP, reason="needs root and iproute2 (ip, tc) for network namespaces")
 def test_parameter_server_smoke_suite_runs_for_real(tmp_path):

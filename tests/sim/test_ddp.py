@@ -66,6 +66,7 @@ def real_ddp_buckets():
     return json.loads(line[len("RESULT "):])
 
 
+@pytest.mark.integration
 def test_buckets_match_a_real_two_rank_ddp(real_ddp_buckets):
     """The buckets a real 2-rank gloo DDP rebuilt after its first iteration, for default, explicit and listed sizes."""
     data = real_ddp_buckets
