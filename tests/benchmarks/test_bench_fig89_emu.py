@@ -66,7 +66,7 @@ def test_summarize_only_needs_an_existing_out_with_points(fig, tmp_path, capsys)
     assert "found no ARCH-MODEL-MBIT directory with a summary.json" in capsys.readouterr().err
 
 
-def test_points_grid_and_plans(fig):
+def test_points_grid_and_plans(fig, sim_params):
     pts = fig.parse_points("ps:resnet50:500, allreduce:vgg16:2500")
     assert pts == [fig.Point("ps", "resnet50", 500.0), fig.Point("allreduce", "vgg16", 2500.0)]
     assert [p.name for p in pts] == ["ps-resnet50-500", "allreduce-vgg16-2500"]
