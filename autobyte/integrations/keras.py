@@ -103,6 +103,9 @@ class AutoByteCallback(CallbackState, _KerasCallback):
         space: candidate configurations for the tuner.
         verbose: print each reconfiguration on rank 0 (default True).
         timeout_s: longest wait for a peer process before failing (default 300).
+        wire: the gradients' precision on the wire, ``"fp32"`` (default, exact),
+            ``"bf16"`` or ``"fp16"`` (the numerics of DDP's compression hooks;
+            docs/torch.md, "16-bit gradients on the wire").
 
     Raises:
         RuntimeError: Keras does not run on the torch backend.
@@ -125,10 +128,11 @@ class AutoByteCallback(CallbackState, _KerasCallback):
         space: SearchSpace | None = None,
         verbose: bool = True,
         timeout_s: float = 300.0,
+        wire: str = "fp32",
     ) -> None:
         _check_backend()
         super().__init__()
-        self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s)
+        self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s, wire)
         self._tuner_arg = tuner
         self.tuner: Tuner | None = tuner if isinstance(tuner, Tuner) else None
         self.window_iters = window_iters
@@ -184,7 +188,7 @@ class AutoByteCallback(CallbackState, _KerasCallback):
         _check_model_device(holder, self.placement)
         self.handle = engine.schedule(
             holder, None, overlap=False, iteration_hooks=False,
-            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes,
+            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes, wire=self.initial.wire,
             timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
             window_iters=self.window_iters, warmup_iters=self.warmup_iters, on_decision=self._on_decision,
         )

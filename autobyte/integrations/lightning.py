@@ -144,6 +144,9 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
             :meth:`SearchSpace.default`).
         verbose: print the set-up and each reconfiguration on rank 0 (default True).
         timeout_s: longest wait for a peer rank before failing (default 300).
+        wire: the gradients' precision on the wire, ``"fp32"`` (default, exact),
+            ``"bf16"`` or ``"fp16"`` (the numerics of DDP's compression hooks;
+            docs/torch.md, "16-bit gradients on the wire").
 
     Raises:
         TypeError, ValueError: an invalid argument (at construction).
@@ -167,8 +170,9 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         space: SearchSpace | None = None,
         verbose: bool = True,
         timeout_s: float = 300.0,
+        wire: str = "fp32",
     ) -> None:
-        self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s)
+        self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s, wire)
         if overlap is not None:
             check_bool("overlap", overlap)
         self._tuner_arg = tuner
@@ -290,7 +294,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         self._log_dir = log_dir if trainer.loggers else None
         self.handle = _engine.schedule(
             pl_module, optimizer,
-            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes,
+            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes, wire=self.initial.wire,
             overlap=self._overlap, timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
             window_iters=self.window_iters, warmup_iters=self.warmup_iters,
             on_decision=self._on_decision, iteration_hooks=False,

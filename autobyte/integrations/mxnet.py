@@ -119,6 +119,11 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         priority: Estimator handler priority (default -2000, the slot of
             ``GradientUpdateHandler``).
         search_space: deprecated name of ``space``.
+        wire: the gradients' precision on the wire; only ``"fp32"`` (the
+            gradients' own): the KVStore and Horovod engines send gradients
+            in their own precision (docs/mxnet.md). 16 bits on the wire are
+            in the PyTorch engine (``autobyte.integrations.torch.schedule(wire=...)``,
+            the Lightning and Keras callbacks).
 
     Raises:
         ImportError: MXNet is missing (with the install command).
@@ -149,6 +154,7 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
         tuner_kwargs: dict[str, Any] | None = None,
         priority: float = -2000,
         search_space: SearchSpace | None = None,
+        wire: str = "fp32",
     ) -> None:
         if _IMPORT_ERROR is not None:
             raise ImportError(f"AutoByteHandler needs MXNet, which could not be imported ({_IMPORT_ERROR}); {INSTALL_HINT}.")
@@ -160,7 +166,13 @@ class AutoByteHandler(TrainBegin, BatchBegin, GradientUpdateHandler, TrainEnd): 
                           DeprecationWarning, stacklevel=2)
             space = search_space
         self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose,
-                                         timeout_s)
+                                         timeout_s, wire)
+        if wire != "fp32":
+            why = ("MXNet 1.9 has no bfloat16 arrays" if wire == "bf16" else "the KVStore and Horovod engines send gradients in "
+                   "their own precision (a dist_sync KVStore sums float16 arrays, but this engine does not cast to them)")
+            raise ValueError(f"wire must be 'fp32' with AutoByteHandler, but got wire={wire!r}: {why}; 16-bit gradients on the wire "
+                             "are in the PyTorch engine: autobyte.integrations.torch.schedule(wire=...) and the Lightning and "
+                             "Keras AutoByteCallback(wire=...).")
         self.window_iters = window_iters
         self.warmup_iters = warmup_iters
         self.timeout_s = float(timeout_s)

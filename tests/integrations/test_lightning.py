@@ -43,6 +43,22 @@ def test_loss_curve_matches_plain_ddp(two_ranks):
     assert ranks[0]["ddp_losses"][:5] != ranks[1]["ddp_losses"][:5]
 
 
+@pytest.mark.integration
+def test_bf16_on_the_wire_trains_as_ddp_with_the_bf16_hook(tmp_path):
+    res = run_ranks([SCRIPT, str(tmp_path), "--wire"], 2, timeout_s=400)
+    for r in res:
+        assert r.returncode == 0, f"rank {r.rank}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for d in ranks:
+        assert len(d["wire_losses"]) == len(d["hook_losses"]) == 64
+        assert d["wire_config"] == {"partition_bytes": 4 * KiB, "credit_bytes": 16 * KiB, "wire": "bf16"}
+        assert d["wire_bytes_per_iteration"] == 154408 // 2  # 2 bytes an element on the wire
+        # the same numerics as DDP's bf16 hook, and not those of fp32
+        np.testing.assert_allclose(d["wire_losses"], d["hook_losses"], rtol=1e-6, atol=1e-7)
+        assert max(abs(a - b) for a, b in zip(d["wire_losses"], d["ddp_losses"])) > 1e-6
+    assert ranks[0]["wire_weights"] == ranks[1]["wire_weights"]  # one model on every rank
+
+
 def test_scheduler_carries_every_parameter(two_ranks):
     _, ranks, _ = two_ranks
     for d in ranks:
@@ -152,6 +168,7 @@ def test_world_size_one_just_trains():
         ({"space": [1, 2]}, TypeError, r"space must be an autobyte SearchSpace or None, but got space=\[1, 2\]"),
         ({"verbose": 1}, TypeError, r"verbose must be True or False, but got verbose=1"),
         ({"timeout_s": 0}, ValueError, r"timeout_s must be a positive number of seconds, but got timeout_s=0"),
+        ({"wire": "fp8"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', but got wire='fp8'\.$"),
     ],
 )
 def test_bad_arguments(kw, exc, match):

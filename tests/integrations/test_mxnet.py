@@ -94,6 +94,11 @@ def _data() -> object:
         ({"engine": "nccl"}, ValueError, r"engine must be one of \('horovod', 'kvstore'\), but got engine='nccl'\."),
         ({"engine": "horovod", "kvstore": "dist_sync"}, ValueError, r"kvstore applies to engine='kvstore' only, but got kvstore='dist_sync' with engine='horovod'\."),
         ({"tuner_kwargs": [1]}, TypeError, r"tuner_kwargs must be a dict or None, but got tuner_kwargs=\[1\]\."),
+        ({"wire": "bf16"}, ValueError, r"^wire must be 'fp32' with AutoByteHandler, but got wire='bf16': MXNet 1\.9 has no bfloat16 "
+         r"arrays; .* in the PyTorch engine: autobyte\.integrations\.torch\.schedule\(wire=\.\.\.\)"),
+        ({"wire": "fp16", "engine": "horovod"}, ValueError, r"^wire must be 'fp32' with AutoByteHandler, but got wire='fp16': "
+         r"the KVStore and Horovod engines send gradients in their own precision"),
+        ({"wire": "int8"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', but got wire='int8'\.$"),
     ],
 )
 def test_handler_rejects_bad_arguments(kwargs: dict, exc: type, match: str) -> None:

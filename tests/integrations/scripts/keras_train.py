@@ -1,11 +1,13 @@
 """One rank of the Keras integration test (run by tests/integrations/test_keras.py).
 
-usage: keras_train.py OUT_DIR
+usage: keras_train.py OUT_DIR [--wire bf16]
 Rank r trains with ``model.fit`` on its half of every global batch, with
 AutoByteCallback and a grid tuner that reconfigures every few steps; ranks
 start from different initial weights (the callback broadcasts rank 0's).
 Rank 0 then trains a fresh model in one process on the union of both ranks'
 batches. Writes OUT_DIR/rank{r}.npz (and reference.npz from rank 0).
+With ``--wire bf16`` only the 2-rank fit runs, with ``AutoByteCallback(wire="bf16")``
+and no tuner, and the references from rank 0.
 """
 
 from __future__ import annotations
@@ -45,18 +47,39 @@ def data() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def references(out: str, x: np.ndarray, y: np.ndarray) -> None:
+    """Rank 0: one process on the union of both ranks' batches, and on rank 0's batches alone."""
+    ref = build(seed=1)
+    ref.fit(x.reshape(-1, 8, 8, 3), y.reshape(-1), batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    np.savez(os.path.join(out, "reference.npz"), *ref.get_weights())
+    alone = build(seed=1)  # rank 0's batches only: what training without averaging would give
+    alone.fit(x[:, 0].reshape(-1, 8, 8, 3), y[:, 0].reshape(-1), batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    np.savez(os.path.join(out, "alone.npz"), *alone.get_weights())
+
+
 def main() -> None:
     out = sys.argv[1]
+    wire = sys.argv[sys.argv.index("--wire") + 1] if "--wire" in sys.argv else None
     space = SearchSpace([Config(4 * KiB, 8 * KiB), Config(16 * KiB, 16 * KiB), Config(1 * MiB, 1 * MiB)])
     from autobyte.core.tuners import GridTuner
 
-    cb = AutoByteCallback(tuner=GridTuner(space), window_iters=3, warmup_iters=1, space=space, verbose=True)
+    if wire is not None:
+        cb = AutoByteCallback(tuner=None, partition_bytes=4 * KiB, credit_bytes=8 * KiB, wire=wire, verbose=True)
+    else:
+        cb = AutoByteCallback(tuner=GridTuner(space), window_iters=3, warmup_iters=1, space=space, verbose=True)
     rank, world = cb.rank, cb.world_size
     x, y = data()
     model = build(seed=1 + rank)  # different initial weights on each rank
     hist = model.fit(x[:, rank].reshape(-1, 8, 8, 3), y[:, rank].reshape(-1), batch_size=BATCH, epochs=EPOCHS,
                      shuffle=False, verbose=0, callbacks=[cb])
     h = cb.handle
+    if wire is not None:
+        np.savez(os.path.join(out, f"rank{rank}.npz"), *model.get_weights(), bytes_per_iteration=h.bytes_per_iteration,
+                 wire=str(h.config.wire))
+        if rank == 0:
+            references(out, x, y)
+        print(f"rank {rank} of {world} done", flush=True)
+        return
     np.savez(
         os.path.join(out, f"rank{rank}.npz"), *model.get_weights(),
         world=world, n_decisions=len(cb.decisions), bytes_per_iteration=h.bytes_per_iteration,
@@ -73,12 +96,7 @@ def main() -> None:
     np.savez(os.path.join(out, f"bn{rank}.npz"), *bn.get_weights(),
              moving=np.concatenate([np.ravel(w) for w in bn.non_trainable_weights]))
     if rank == 0:
-        ref = build(seed=1)
-        ref.fit(x.reshape(-1, 8, 8, 3), y.reshape(-1), batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-        np.savez(os.path.join(out, "reference.npz"), *ref.get_weights())
-        alone = build(seed=1)  # rank 0's batches only: what training without averaging would give
-        alone.fit(x[:, 0].reshape(-1, 8, 8, 3), y[:, 0].reshape(-1), batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-        np.savez(os.path.join(out, "alone.npz"), *alone.get_weights())
+        references(out, x, y)
         with open(os.path.join(out, "decisions.json"), "w") as f:
             json.dump(cb.decisions, f)
     print(f"rank {rank} of {world} done", flush=True)

@@ -1,11 +1,12 @@
 """One rank of the Lightning integration test (run by tests/integrations/test_lightning.py).
 
-usage: lightning_train.py OUT_DIR
+usage: lightning_train.py OUT_DIR [--wire]
 Runs, in one process group, four fits of the same CNN on the same generated
 data: plain DDP; AutoByteCallback with a fixed configuration (tuning off);
 AutoByteCallback with a tuner that reacts when the job slows down (a sleep
 injected from step 30 on), checkpointing at the end; and a resume from that
-checkpoint. Writes OUT_DIR/rank{r}.json.
+checkpoint. With ``--wire``, three fits instead: plain DDP, DDP with the bf16
+compression hook and ``AutoByteCallback(wire="bf16")``. Writes OUT_DIR/rank{r}.json.
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ class Probe(pl.Callback):
             self.seen["config_at_first_step"] = self.cb.handle.config.to_dict()
 
 
+def bf16_hook(state, bucket):  # type: ignore[no-untyped-def]  # (DDP reads the annotations: none)
+    """DDP's ``bf16_compress_hook`` under another name: DDP refuses that name without CUDA and NCCL (by name only)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return default_hooks.bf16_compress_hook(state, bucket)
+
+
 def trainer(root: str, callbacks: list, *, max_epochs: int = 2, max_steps: int = -1, log: bool = False) -> pl.Trainer:
     return pl.Trainer(
         strategy="ddp", accelerator="cpu", devices=2, max_epochs=max_epochs, max_steps=max_steps,
@@ -148,10 +156,36 @@ def fit(root: str, callbacks: list, sleep_from: int | None = None, ckpt_path: st
     return model
 
 
+class HookOnCPU(pl.Callback):
+    """Registers the bf16 hook on the DDP module: Lightning's ``DDPStrategy(ddp_comm_hook=...)`` registers
+    hooks on CUDA devices only and ignores the argument on CPU."""
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        trainer.strategy.model.register_comm_hook(None, bf16_hook)
+
+
+def wire_fits(out: str, rank: int) -> dict[str, Any]:
+    res: dict[str, Any] = {"ddp_losses": fit(out, []).losses}
+    m = fit(out, [HookOnCPU()])
+    res["hook_losses"] = m.losses
+    cb = AutoByteCallback(tuner=None, partition_bytes=4 * KiB, credit_bytes=16 * KiB, wire="bf16", verbose=False)
+    m = fit(out, [cb])
+    res["wire_losses"] = m.losses
+    res["wire_config"] = cb.config.to_dict()
+    res["wire_bytes_per_iteration"] = cb.handle.bytes_per_iteration
+    res["wire_weights"] = [float(x) for x in torch.cat([p.detach().reshape(-1) for p in m.parameters()])[::97]]
+    return res
+
+
 def main() -> None:
     out = sys.argv[1]
     rank = int(os.environ["RANK"])
     res: dict[str, Any] = {}
+    if "--wire" in sys.argv[2:]:
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump(wire_fits(out, rank), f)
+        print(f"rank {rank} done")
+        return
 
     m = fit(out, [])
     res["ddp_losses"] = m.losses
