@@ -1,4 +1,4 @@
-"""Tuners on simulator scenarios they never saw (issue 12).
+"""Tuners on simulator scenarios they never saw.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tuner_sim.py --set tune --quick
     OMP_NUM_THREADS=1 python benchmarks/bench_tuner_sim.py --set heldout [--tuners autobyte,grid,bo,static] [--out DIR]
@@ -15,8 +15,8 @@ up/down (some workers' uplink drops part of the time). Two disjoint seed sets:
 ``tune`` (for whoever designs a tuner) and ``heldout`` (for judging only).
 
 Every tuner is built by registry name (:func:`autobyte.core.make_tuner`) and
-driven through :func:`autobyte.meta._evaluate.run_tuner`, the path of
-``autobyte evaluate`` (a Controller and WindowCoordinator over a
+driven through ``run_tuner`` of ``benchmarks/evaluate.py``, the path of
+``python benchmarks/evaluate.py`` (a Controller and WindowCoordinator over a
 LocalCollective, 5 iterations simulated per check, chunk ``c`` simulated with
 seed ``1000 + c`` for every method: common random numbers), starting from
 ByteScheduler's default, over the product's search space
@@ -34,7 +34,7 @@ The candidates of both are the search space plus the start config
 (ByteScheduler's default is not a power of two, so it is not in the space; any
 tuner can stay there). A segment's time under a candidate is measured by the
 simulator in that segment's conditions (10 iterations, seed 7, as the
-``autobyte evaluate`` oracle does).
+``python benchmarks/evaluate.py`` oracle does).
 
 The baselines do not depend on the tuners: they are cached (``--cache``,
 default ``~/.cache/autobyte/bench_tuner_sim``; ``--no-cache`` to recompute),
@@ -72,7 +72,9 @@ from autobyte.core import make_tuner
 from autobyte.core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from autobyte.core.tuners import _REGISTRY, import_tuners, tuner_names
 from autobyte.core.tuning import Decision, Observation, Tuner
-from autobyte.meta._evaluate import CHECK, WINDOW, run_tuner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # evaluate.py, beside this script
+from evaluate import CHECK, WINDOW, run_tuner  # noqa: E402
 
 SETS = {"tune": 1, "heldout": 2}
 #: scenarios per set: default and --quick
@@ -323,9 +325,9 @@ class _Timed(Tuner):
     does not is counted in the next window's decision.
     """
 
-    #: attributes the controller reads from a tuner, forwarded (before stop 29 they were not: a variant's
-    #: settle, refuge or rate_rise ran as the base class's defaults here; step_change since stop 35, noise_z since 37)
-    FORWARDED = ("settle", "refuge", "rate_rise", "step_change", "noise_z", "guarded")
+    #: attributes the controller reads from a tuner, forwarded (else the wrapped tuner's detector settings would
+    #: be the base class's defaults here)
+    FORWARDED = ("rate_rise", "step_change", "noise_z", "guarded")
 
     def __init__(self, inner: Tuner) -> None:
         self.inner = inner
@@ -380,7 +382,7 @@ def _factory_params(name: str) -> set[str]:
 
 
 def build_tuner(name: str, arch: str, network: Any, adapt_time_s: float = ADAPT_TIME_S) -> Tuner:
-    """``make_tuner(name, ...)`` with what ``autobyte evaluate`` passes where the factory takes it:
+    """``make_tuner(name, ...)`` with what ``benchmarks/evaluate.py`` passes where the factory takes it:
     ``background=False`` (inline adaptation), the shared network reset to its offline head,
     ``arch`` and ``seed=0`` (BO); and ``adapt_time_s`` (see :data:`ADAPT_TIME_S`)."""
     params = _factory_params(name)
@@ -409,7 +411,7 @@ def segment_table(sc: Scenario, cands: Sequence[Config]) -> dict[str, np.ndarray
 #: scheduler, the space, the statistics) and run_tuner; not the tuners or the controller, which
 #: the baselines do not use, so a tuner's author keeps the cache while editing them
 _CACHE_SOURCES = ("autobyte/sim", "autobyte/core/scheduler.py", "autobyte/core/space.py", "autobyte/core/metrics.py",
-                  "autobyte/meta/_evaluate.py")
+                  "benchmarks/evaluate.py")
 #: bump when what :func:`baselines` computes changes (the scenarios themselves are hashed)
 BASELINES_VERSION = 1
 _ROOT = Path(__file__).resolve().parents[1]
@@ -624,7 +626,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                          "the epoch cap binds, not the machine's load; 1.0 is the product's default)")
     ap.add_argument("--host-noise", type=float, default=0.0,
                     help="log-sigma of a slowdown of every iteration, links and compute alike, the same for every method "
-                         "(autobyte.meta._evaluate.host_slowdowns; default 0: none; 0.12: checks scatter as the H100's)")
+                         "(evaluate.host_slowdowns; default 0: none; 0.12: checks scatter as the H100's)")
     a = ap.parse_args(argv)
     try:
         import_tuners([m.strip() for m in (a.imports or "").split(",") if m.strip()])
