@@ -91,15 +91,10 @@ class RegimeDetector:
 
     The measurement that shows a change is, most of the time, a mix of both
     regimes: conditions changed somewhere inside the iterations it averages.
-    By default it is the new regime's first measurement, and the reference
-    for the next comparison too (a mixed one then reads as a second change
-    when the next clean one differs from it by the threshold). With
-    ``settle`` it belongs to neither: the detector keeps nothing from it
-    (:attr:`settling` is ``True`` until the next measurement), and the next
-    measurement, wholly in the new conditions, is the new regime's first
-    (:meth:`observe` returns ``True`` there). Off by default: measured on real
-    runs, the tuner told of a change one check later lost more than the
-    clean reference won (docs/benchmarks.md, 7.6).
+    It is the new regime's first measurement, and the reference for the next
+    comparison too (a mixed one then reads as a second change when the next
+    clean one differs from it by the threshold), unless the step rule below
+    knows it mixed both.
 
     With ``rate_rise``, a second signal that does not need the configuration
     measured before: the link rate a window achieved (payload bytes over the
@@ -115,12 +110,13 @@ class RegimeDetector:
     ``step_change`` between its first and its last iterations (each side two
     or more). Conditions changed inside that measurement, whatever
     configuration ran (a trial new to the regime too), and the measurement
-    is known to mix both regimes: it is dropped as with ``settle``
-    (:attr:`settling`), whatever ``settle`` says. On the real full suite's
-    runs cut into 5-iteration groups at every alignment, 0.4% of the groups
-    that ran in one condition stepped by more than 50% and 64-68% of those
-    across a change did (``benchmarks/step_rule_calibration.py``;
-    docs/benchmarks.md 7.17).
+    is known to mix both regimes: the detector keeps nothing from it
+    (:attr:`settling` is ``True`` until the next measurement), and the next
+    measurement, wholly in the new conditions, is the new regime's first
+    (:meth:`observe` returns ``True`` there). On the real full suite's runs
+    cut into 5-iteration groups at every alignment, 0.4% of the groups that
+    ran in one condition stepped by more than 50% and 64-68% of those across
+    a change did (``benchmarks/step_rule_calibration.py``).
 
     With ``noise_z``, the speed rule's threshold follows the job's own
     noise: every pair of measurements of one configuration that showed no
@@ -131,16 +127,15 @@ class RegimeDetector:
     that showed a change are left out (a real change is no noise), so the
     threshold grows only from gaps that stayed under it. A host
     whose checks of one configuration scatter by a few percent keeps
-    ``threshold``; one whose checks scatter as the H100's of
-    docs/benchmarks.md 8.5 (2 ranks on one GPU: 13 of 77 pairs of the
-    default's checks more than 15% apart, nothing changed) stops reading its
-    noise as changes (``benchmarks/speed_rule_calibration.py``).
+    ``threshold``; one whose checks scatter widely (2 ranks sharing one
+    H100: 13 of 77 pairs of the default's checks more than 15% apart,
+    nothing changed) stops reading its noise as changes
+    (``benchmarks/speed_rule_calibration.py``).
 
     Args:
         threshold: relative speed change of one configuration that counts as a
             change of conditions (0.15: above what a window's noise does on a
             shared host, below what a link change does).
-        settle: drop the measurement that shows a change (see above; False).
         rate_rise: relative rise of the achieved link rate that shows a
             faster link (see above); ``None`` (default): not read.
         step_change: relative step of iteration time inside one measurement
@@ -149,17 +144,14 @@ class RegimeDetector:
             the job's pairs (see above); ``None`` (default): ``threshold`` only.
 
     Raises:
-        ValueError: ``threshold`` not in (0, 10), ``settle`` not a bool,
+        ValueError: ``threshold`` not in (0, 10),
             ``rate_rise`` not ``None`` nor in (0, 100), or ``step_change``
             not ``None`` nor in (0, 100), or ``noise_z`` not ``None`` nor in (0, 100).
     """
 
-    def __init__(self, threshold: float = 0.15, settle: bool = False, rate_rise: float | None = None,
+    def __init__(self, threshold: float = 0.15, *, rate_rise: float | None = None,
                  step_change: float | None = 0.5, noise_z: float | None = None) -> None:
         self.threshold = check_fraction("threshold", threshold, 10.0)
-        if not isinstance(settle, bool):
-            raise ValueError(f"settle must be True or False, but got settle={settle!r}.")
-        self.settle = settle
         self.rate_rise = check_fraction("rate_rise", rate_rise, 100.0, optional=True)
         self.step_change = check_fraction("step_change", step_change, 100.0, optional=True)
         self.noise_z = check_fraction("noise_z", noise_z, 100.0, optional=True)
@@ -169,7 +161,7 @@ class RegimeDetector:
         self.last: dict[Config, float] = {}
         #: highest link rate each configuration achieved in the current regime (with ``rate_rise``)
         self.rates: dict[Config, float] = {}
-        #: a change was seen and the measurement that showed it dropped: the next one starts the new regime
+        #: a change was seen inside a measurement, which is dropped: the next one starts the new regime
         self.settling = False
         #: what showed the last change: ``"speed"`` (a configuration measured again ran ``threshold`` away),
         #: ``"rate"`` (the achieved link rate rose by ``rate_rise``), ``"step"`` (iteration times stepped by
@@ -186,10 +178,9 @@ class RegimeDetector:
         """Record ``config`` at ``speed`` (achieving link ``rate``, bytes/s; its iteration times stepping by
         ``step``, :func:`within_step`); ``True`` when a new regime starts with this measurement.
 
-        Without ``settle`` that is the measurement that shows a change, unless
-        it stepped inside. With ``settle``, or a step, that measurement returns
-        ``False`` and leaves :attr:`settling` set (the caller drops it: it
-        mixes both regimes); the next one returns ``True``.
+        That is the measurement that shows a change, unless it stepped
+        inside: then it returns ``False`` and leaves :attr:`settling` set (the
+        caller drops it: it mixes both regimes); the next one returns ``True``.
         """
         if self.rate_rise is None or rate is None or not rate > 0:
             rate = None  # not read, or no message sent: no rate
@@ -210,7 +201,7 @@ class RegimeDetector:
             self.rule = "step" if by_step else "speed" if by_speed else "rate"  # a step says the measurement is mixed
             self.last = {}
             self.rates = {}
-            if self.settle or by_step:
+            if by_step:
                 self.settling = True
                 return False
         self.last[config] = speed
@@ -227,7 +218,7 @@ class RegimeDetector:
         return thr
 
     def state_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "settle": self.settle, "step_change": self.step_change,
+        return {"threshold": self.threshold, "step_change": self.step_change,
                 "noise_z": self.noise_z, "gaps": list(self.gaps), "settling": self.settling, "rule": self.rule,
                 "last": [_cfg(c) + [v] for c, v in self.last.items()],
                 "rates": [_cfg(c) + [v] for c, v in self.rates.items()]}
@@ -265,36 +256,20 @@ class HarmGuard:
     left (the loss was the conditions', measured against a reference from
     before they changed).
 
-    With ``refuge``, a trip sends the run to the fastest configuration the
-    guard saw in the current conditions instead, when that one ran faster
-    than the starting configuration by more than ``budget`` (:attr:`refuge`;
-    the starting configuration otherwise): doing no harm is being no slower
-    than the start, and a configuration measured faster than it in the same
-    conditions banks gains while it is held, where the start would give them
-    up (a tuner that found a 13% faster configuration, then tried a worse
-    one that tripped the guard, went back to the start for 50 iterations).
-
     Args:
         initial: the starting configuration.
         budget: allowed slowdown over a span (0.03).
         span: iterations of the sliding span (50).
-        refuge: trip to the fastest configuration measured in these conditions
-            when it beat the start by more than ``budget`` (``False``, default:
-            always to the start).
 
     Raises:
-        ValueError: ``budget`` not in (0, 1), ``span`` not a positive integer, or ``refuge`` not a bool.
+        ValueError: ``budget`` not in (0, 1), or ``span`` not a positive integer.
     """
 
-    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, refuge: bool = False) -> None:
+    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50) -> None:
         self.initial = initial
         self.budget = check_fraction("budget", budget, 1.0)
         self.span = check_int("span", span)
-        if not isinstance(refuge, bool):
-            raise ValueError(f"refuge must be True or False, but got refuge={refuge!r}.")
-        self.use_refuge = refuge
-        #: where the last trip sent the run (and where a hold keeps it)
-        self.refuge = initial
+        #: the starting configuration's speed in the current conditions (measured, or carried across a change)
         self.reference: float | None = None
         self._windows: deque[tuple[int, int, float]] = deque()  # (last iteration, iterations, cost)
         self._hold_until = -1  # iteration until which the run stays at the starting configuration
@@ -316,7 +291,7 @@ class HarmGuard:
             self._speeds = {}
         if config == self.initial:
             self.reference = speed
-        if config == self.refuge:
+        if config == self.initial:
             if self._tripped is not None and self._tripped[1] >= speed * (1 - self.budget):
                 # measured again, the configuration gone back to is no faster than what was left:
                 # the loss was the conditions', not the tuner's (a change the detector could not
@@ -351,26 +326,14 @@ class HarmGuard:
         self._hold_until = iteration + self.span
         self._tripped = (current, self._last[1] if self._last is not None else 0.0)
         self._windows.clear()
-        self.refuge, where = self.initial, "back to the starting configuration"
-        if self.use_refuge and self.reference is not None:
-            faster = {c: v for c, v in self._speeds.items() if c != current and v > self.reference * (1 + self.budget)}
-            if faster:
-                self.refuge = max(faster, key=faster.__getitem__)
-                where = (f"to {self.refuge}, measured {faster[self.refuge]:.1f} samples/s in these conditions against the "
-                         f"start's {self.reference:.1f}")
         return (f"guard: {current} cost {lost:.1f} iterations' time over the last {self.span} against {self.initial} "
-                f"(allowed {100 * self.budget:.0f}%): {where} for {self.span} iterations")
-
-    def refuge_speed(self) -> float | None:
-        """The speed last measured here for :attr:`refuge` (the reference for the start)."""
-        return self.reference if self.refuge == self.initial else self._speeds.get(self.refuge)
+                f"(allowed {100 * self.budget:.0f}%): back to the starting configuration for {self.span} iterations")
 
     def state_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "windows": [list(w) for w in self._windows], "hold_until": self._hold_until,
                 "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips,
                 "speeds": [_cfg(c) + [v] for c, v in self._speeds.items()],
-                "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]],
-                "refuge": _cfg(self.refuge)}
+                "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "reference" in state:
@@ -387,5 +350,3 @@ class HarmGuard:
         if "tripped" in state:
             t = state["tripped"]
             self._tripped = None if t is None else (Config(int(t[0]), int(t[1])), float(t[2]))
-        if "refuge" in state:
-            self.refuge = Config(int(state["refuge"][0]), int(state["refuge"][1]))

@@ -38,9 +38,9 @@ class Observation:
         features: runtime features (Table II) of the window.
         regime_changed: the controller saw conditions change under an
             unchanged configuration just before this window (the window then
-            holds only the check that showed the change, or, for a tuner with
-            ``settle = True``, the check after it; it may be shorter than a
-            full one); measurements taken before it describe another regime.
+            holds only the check that showed the change, or the check after
+            one that mixed both regimes; it may be shorter than a full one);
+            measurements taken before it describe another regime.
         harm_allowance: iterations' worth of slowdown against the starting
             configuration that the do-no-harm guard still allows over its
             span (:class:`~autobyte.core.regime.HarmGuard`); ``None`` when
@@ -52,13 +52,12 @@ class Observation:
             a window the do-no-harm guard cut short, given to
             :meth:`Tuner.observe`). A tuner that averages measurements can
             weigh them by it.
-        mixed: the check that showed the change of conditions, given at once
-            to a tuner with ``settle = "notify"``, and to any tuner but one
-            with ``settle = True`` when rank 0's iteration times stepped
-            inside it (the tuner's ``step_change``): conditions changed
-            somewhere inside it, so ``speed`` belongs to neither regime (not
-            a measurement to keep); ``regime_changed`` is set, and the next
-            check, wholly in the new conditions, comes without it.
+        mixed: the check that showed the change of conditions, when rank 0's
+            iteration times stepped inside it (the tuner's ``step_change``):
+            conditions changed somewhere inside it, so ``speed`` belongs to
+            neither regime (not a measurement to keep); ``regime_changed`` is
+            set, and the next check, wholly in the new conditions, comes
+            without it.
     """
 
     iteration: int
@@ -69,11 +68,6 @@ class Observation:
     harm_allowance: float | None = None
     window_share: float = 1.0
     mixed: bool = False
-
-
-#: How a tuner hears of a change of conditions (``Tuner.settle``): at the check that shows it (False),
-#: at the next one (True), or at once with the check marked mixed (``"notify"``).
-SETTLE_MODES: tuple[bool | str, ...] = (False, True, "notify")
 
 
 @dataclass(frozen=True)
@@ -97,25 +91,13 @@ class Tuner(abc.ABC):
     #: whether the controller's do-no-harm guard watches this tuner's decisions
     #: (``False`` only for offline searches that are meant to try bad configurations)
     guarded: bool = True
-    #: whether the check that shows a change of conditions is dropped (it mixes both
-    #: regimes) and the tuner told at the next one (:class:`~autobyte.core.regime.RegimeDetector`;
-    #: off by default: measured slower on real runs, docs/benchmarks.md 7.6); ``"notify"``: dropped
-    #: the same way (no reference of the detector, no cost of the guard, no window), but the tuner is
-    #: told at once, with ``Observation.mixed`` set, and not again at the next check
-    settle: bool | str = False
-    #: whether a trip of the do-no-harm guard goes to the fastest configuration measured in the
-    #: current conditions when it beat the start by more than the guard's budget, instead of the start
-    #: (:class:`~autobyte.core.regime.HarmGuard`); off by default: +0.2 points on the simulator, but on
-    #: real runs a trip at a change the detector had not seen yet sent a run to a configuration measured
-    #: in the conditions before it (docs/benchmarks.md 7.18)
-    refuge: bool = False
     #: relative rise of the achieved link rate that the controller's detector takes as a faster link, whatever
     #: the configuration (:class:`~autobyte.core.regime.RegimeDetector` ``rate_rise``); ``None`` (default): not read
     rate_rise: float | None = None
     #: relative step of iteration time inside one check that shows a change of conditions inside it, whatever
     #: the configuration (:class:`~autobyte.core.regime.RegimeDetector` ``step_change``): the check mixes both
-    #: regimes, so it is dropped as with ``settle`` and the tuner told at once, with ``Observation.mixed``
-    #: set (at the next check for ``settle = True``); 0.5 (since stop 34); ``None``: not read
+    #: regimes, so it is dropped (no window, no reference of the detector, no cost of the guard) and the tuner
+    #: told at once, with ``Observation.mixed`` set; 0.5 (default); ``None``: not read
     step_change: float | None = 0.5
     #: the detector's speed threshold at least this many scatters of the job's own pairs of measurements of one
     #: configuration (:class:`~autobyte.core.regime.RegimeDetector` ``noise_z``): a host whose checks scatter
@@ -185,32 +167,23 @@ class Controller:
     bandwidth drop, another job on the GPU): the iterations before the change
     are dropped and the tuner is asked at once, on the check alone, with
     ``Observation.regime_changed`` set. A change is thus acted on within about
-    ``check_iters`` iterations. That check itself mixes both regimes; a tuner
-    with ``settle = True`` is asked at the next check instead, on that check
-    alone, and the mixed one is dropped (no window, and no reference of the
-    detector, mixes two regimes; the tuner hears of the change a check later).
-    A tuner with ``settle = "notify"`` has the check dropped the same way (no
-    window, no reference of the detector, no cost of the guard) but hears of
-    the change at once, on that check with ``Observation.mixed`` set (its
-    speed is no measurement of either regime), and not again at the next.
+    ``check_iters`` iterations.
     Changes are judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
     configuration measured again runs more than ``regime_change`` away from
     its last measurement in this regime; or, read inside one check whatever
     configuration runs, rank 0's iteration times step by more than the
     tuner's ``step_change`` (0.5 by default): that check is known to mix both
-    regimes, and is dropped as for ``settle = "notify"`` (the tuner hears of
-    the change at once, ``Observation.mixed`` set; a tuner with ``settle =
-    True`` at the next check).
+    regimes, and is dropped (no window, no reference of the detector, no cost
+    of the guard); the tuner hears of the change at once, on that check with
+    ``Observation.mixed`` set (its speed is no measurement of either regime),
+    and not again at the next.
 
     Every tuner runs under the do-no-harm guard
     (:class:`~autobyte.core.regime.HarmGuard`): over any ``harm_span``
     iterations the tuned run stays within ``harm_budget`` of the speed it
     would have had at ``initial``; past that, the controller sends it back to
     ``initial`` (a decision of its own, reason ``guard: ...``) and keeps it
-    there for ``harm_span`` iterations (to the fastest configuration measured
-    in the current conditions instead when that one ran faster than
-    ``initial`` by more than ``harm_budget``, for a tuner with ``refuge =
-    True``). The tuner is still told what the
+    there for ``harm_span`` iterations. The tuner is still told what the
     window measured up to the check where the guard trips (``observe``, with
     ``window_share`` below 1 for a window cut short, and ``regime_changed``
     when that check also shows a change of conditions), so a trial's
@@ -245,9 +218,8 @@ class Controller:
     Raises:
         ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
             ``regime_change``, ``world_size``, ``harm_budget`` or
-            ``harm_span`` out of range, the tuner's ``rate_rise``,
-            ``step_change`` or ``noise_z`` out of range, or the tuner's ``settle`` not
-            False, True or ``"notify"``.
+            ``harm_span`` out of range, or the tuner's ``rate_rise``,
+            ``step_change`` or ``noise_z`` out of range.
     """
 
     tuner: Tuner
@@ -284,18 +256,11 @@ class Controller:
         #: windows handed to the tuner so far (a check that completes one increments it)
         self.n_windows = 0
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
-        settle = getattr(self.tuner, "settle", False)
-        if settle not in SETTLE_MODES:
-            raise ValueError(f"a tuner's settle must be False, True or 'notify', but got settle={settle!r}.")
-        #: a tuner with ``settle = True`` hears of a change that mixed a check at the next check; others at once,
-        #: on the mixed check (every change for ``settle = "notify"``, one that stepped inside a check otherwise)
-        self.wait_mixed = settle is True
-        self.detector = RegimeDetector(rc, settle=bool(settle), rate_rise=getattr(self.tuner, "rate_rise", None),
+        self.detector = RegimeDetector(rc, rate_rise=getattr(self.tuner, "rate_rise", None),
                                        step_change=getattr(self.tuner, "step_change", None),
                                        noise_z=getattr(self.tuner, "noise_z", None)) if rc is not None else None
         check_int("harm_span", self.harm_span)
-        self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span,
-                                                                      refuge=getattr(self.tuner, "refuge", False))
+        self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
         if not getattr(self.tuner, "guarded", True):
             self.guard = None
 
@@ -339,15 +304,13 @@ class Controller:
             warnings.warn(f"autobyte: unusable statistics at iteration {iteration} ({exc}); keeping {self.current}.", stacklevel=2)
             return None
         rate = min(w.bandwidth_Bps for w in windows)  # the slowest rank's achieved link rate (0: no message)
-        told = self.detector is not None and self.detector.settling and not self.wait_mixed  # at the mixed check before this one
+        told = self.detector is not None and self.detector.settling  # at the mixed check before this one
         changed = self.detector.observe(self.current, speed, rate, within_step(iter_times)) if self.detector is not None else False
         guard = self.guard if self.tuning else None
         if self.detector is not None and self.detector.settling and self.tuning:
             # conditions changed inside this check: it belongs to neither regime (the guard,
             # the window and the tuner's measurements start again from the next check, wholly in the new one)
             self._pending = []
-            if self.wait_mixed:
-                return None
             # the tuner hears of it now, to act on what it knows of the conditions, but keeps nothing of this speed
             obs = Observation(iteration, self.current, speed, features, regime_changed=True, mixed=True,
                               harm_allowance=None if guard is None else guard.allowance(),
@@ -409,11 +372,11 @@ class Controller:
         entry: dict[str, Any] = {"iteration": iteration, "config": self.current.to_dict(), "speed": speed,
                                  "iterations": n_iters, **extra}
         guard = self.guard if self.tuning else None
-        if guard is not None and decision is not None and decision.config != guard.refuge and guard.holding(iteration):
-            entry["held"] = f"guard holds {guard.refuge}: {decision.config} not applied ({decision.reason})"
+        if guard is not None and decision is not None and decision.config != guard.initial and guard.holding(iteration):
+            entry["held"] = f"guard holds {guard.initial}: {decision.config} not applied ({decision.reason})"
             decision = None
         if guard is not None and trip is not None:
-            decision = Decision(guard.refuge, trip, guard.refuge_speed())
+            decision = Decision(guard.initial, trip, guard.reference)
         if decision is not None and decision.config != self.current:
             entry.update(new_config=decision.config.to_dict(), reason=decision.reason, predicted_speed=decision.predicted_speed)
         else:
@@ -437,7 +400,7 @@ class Controller:
             self._skip_until = iteration + self.warmup_iters
             self._pending = []
         if self.guard is not None and not self.history:
-            self.guard.initial = self.guard.refuge = config  # the configuration agreed at start is the one to compare with
+            self.guard.initial = config  # the configuration agreed at start is the one to compare with
         self.current = config
 
     def state_dict(self) -> dict[str, Any]:

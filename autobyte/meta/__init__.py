@@ -14,7 +14,7 @@ from typing import Any
 _WHERE = {
     "FEATURE_VERSION": "._features", "JobInputs": "._features", "candidate_features": "._features", "featurize": "._features",
     "MetaNetwork": "._network", "NetworkShape": "._network", "default_weights_path": "._network",
-    "Adapter": "._tuner", "AutoByteTuner": "._tuner", "JobHistory": "._history",
+    "Adapter": "._adapter", "AutoByteTuner": "._tuner", "JobHistory": "._history",
     "HistoryPlan": "._history",
 }
 

@@ -2,7 +2,7 @@
 
 Every configuration an :class:`~autobyte.meta.AutoByteTuner` measures is
 measured in one set of conditions (a regime of its
-:class:`~autobyte.meta._policies.Ledger`), so the speeds of two
+:class:`~autobyte.meta._ledger.Ledger`), so the speeds of two
 configurations of one regime compare them, whatever the model and the link.
 With ``history_dir`` set, the tuner keeps its ledger in that folder, one JSON
 file per job, and a new job starts at the configuration those regimes
@@ -35,7 +35,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..core.space import Config, SearchSpace
-from ._policies import Regime, _check_range
+from ._ledger import Regime
+from ._plain import _check_range
 
 #: format of a job's file; a file of another version is skipped (warned)
 VERSION = 1
@@ -168,14 +169,13 @@ class JobHistory:
         return {c: (float(sol[col[c]]), seen[c]) for c in cfgs}
 
     def plan(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> HistoryPlan:
-        """Where to start, why, which configurations past jobs measured slower than that start, and the headroom beyond it.
+        """Where to start, why, and which configurations past jobs measured slower than that start.
 
         ``slower``: every configuration of ``space`` whose effect is below the
         start's by more than ``min_gain`` (compared in one regime or more;
         the fit has drawn an effect seen in few windows towards the given
         configuration's). Its trial would repeat a comparison the cluster
         has already made: the tuner does not try them (``history_veto``).
-        ``headroom``: see :class:`HistoryPlan` (the tuner's ``history_spread``).
         """
         regimes = self.load(exclude)
         rows = _comparing(regimes, initial, space)
@@ -201,14 +201,7 @@ class JobHistory:
             effect[initial] = 0.0  # the reference, when some regime compared it with another configuration
         slower = frozenset(c for c, e in effect.items()
                            if c != start and c in space and e < level - math.log1p(self.min_gain))
-        # how far the fastest configuration of each past regime ran beyond the start, where the start ran beside it
-        beyond = []
-        for r in rows:
-            here = [sp for c, sp, _ in r if c == start]
-            if here:
-                beyond.append(max(0.0, math.log(max(sp for _, sp, _ in r) / here[0])))
-        headroom = math.sqrt(sum(b * b for b in beyond) / len(beyond)) if len(beyond) >= self.min_regimes else None
-        return HistoryPlan(start, reason, slower, headroom, len(beyond))
+        return HistoryPlan(start, reason, slower)
 
     def pick(self, space: SearchSpace, initial: Config, exclude: str | None = None) -> tuple[Config, str]:
         """The configuration to start from, and why (``initial`` when the history does not beat it)."""
@@ -218,23 +211,11 @@ class JobHistory:
 
 @dataclass(frozen=True)
 class HistoryPlan:
-    """What the history says to a new job: where to start, why, and what not to try (:meth:`JobHistory.plan`).
-
-    ``headroom``: the root mean square, over the ``headroom_regimes`` past
-    regimes that measured the start beside another configuration, of how far
-    the fastest configuration of the regime ran beyond the start (log units,
-    0 where the start was the fastest): the scale of what a trial can find
-    beyond this start on this cluster, as past jobs measured it; ``None`` when
-    fewer than the history's ``min_regimes`` regimes measured the start beside
-    another configuration. Each regime's fastest is the largest of noisy
-    measurements, so the figure errs high (towards more exploring).
-    """
+    """What the history says to a new job: where to start, why, and what not to try (:meth:`JobHistory.plan`)."""
 
     start: Config
     reason: str
     slower: frozenset[Config]
-    headroom: float | None = None
-    headroom_regimes: int = 0
 
 
 def _comparing(regimes: Sequence[Sequence[tuple[Config, float, float]]], initial: Config,

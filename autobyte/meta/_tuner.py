@@ -1,4 +1,4 @@
-"""AutoByte's tuner: the policies of ``_policies.py`` composed, and the head's online adaptation (:class:`Adapter`)."""
+"""AutoByte's tuner: the small policies of this package composed, one decision per window."""
 
 from __future__ import annotations
 
@@ -6,34 +6,28 @@ import copy
 import logging
 import math
 import os
-import queue
-import subprocess
-import sys
-import threading
 import time
 import warnings
-from collections import deque
 from typing import Any
 
 import numpy as np
 
 from autobyte.core._checks import check_fraction
 from autobyte.core.space import Config, SearchSpace
-from autobyte.core.tuning import SETTLE_MODES, Decision, Observation, Tuner
+from autobyte.core.tuning import Decision, Observation, Tuner
 
-from . import _adapt_worker
-from ._adapt_worker import fit_head
+from ._adapter import Adapter
+from ._explorer import Explorer, TrialRecord
 from ._history import JobHistory, new_job_id
-from ._network import MetaNetwork, _Head
-from ._simscore import SimPredictor
-from ._policies import Aborter, Explorer, Learner, Ledger, Mover, Payoff, Regime, Scorer, Scores, Verifier, _arr, _check_range, _unarr
+from ._learner import Learner
+from ._ledger import Ledger, Regime
+from ._moves import Aborter, Mover, Verifier
+from ._network import MetaNetwork
+from ._plain import _arr, _unarr
+from ._scorer import Scorer, Scores
 
 _log = logging.getLogger("autobyte.meta")
-#: the smallest scale a trial's gain is shrunk to: ``shrink``'s lower bound, and the floor of one taken from a history
-SPREAD_FLOOR = 1e-3
 
-#: Where the tuner's predictions come from (``AutoByteTuner(predictor=...)``).
-PREDICTORS = ("network", "simulator", "simulator-fit")
 #: Indices of the job vector that describe the environment (compute and bandwidth), used to detect a change.
 _ENV = [5, 6, 7, 8, 9, 10, 11]
 #: Their names, for the log.
@@ -41,284 +35,63 @@ _ENV_NAMES = ["compute time", "forward time", "straggling", "min uplink bandwidt
               "min downlink bandwidth", "mean downlink bandwidth"]
 
 
-class Adapter:
-    """Fine-tunes the meta-network's head on one job's observations, encoder frozen.
-
-    With ``background=True`` the training step never waits: by default the fit
-    runs in a separate process (``process=True``; :mod:`autobyte.meta._adapt_worker`,
-    started at the first adaptation, numpy only, at a lower CPU priority), so
-    its tight loop never holds the training interpreter's lock; ``process=False``
-    runs it in a thread of this process, as before 2026-11-27. Either way the
-    new head replaces the old one with one reference swap. If the worker cannot
-    start or dies, the adapter warns once and goes on in a thread.
-
-    Args:
-        net: the meta-network (its head is updated in place).
-        time_budget_s: wall-clock bound of one adaptation (1.0).
-        learning_rate: Adam step size (3e-3).
-        max_epochs: full-batch steps over the replay buffer (300), cut by the time budget.
-        anchor: L2 pull towards the offline head weights (L2-SP), against forgetting (1e-2).
-        n_layers: dense layers of the head fine-tuned, counted from the output (1..3).
-            Few, small steps on the head only keep the offline knowledge.
-        process: background adaptations run in a worker process (True) or a thread (False).
-
-    Raises:
-        ValueError: an argument out of range.
-    """
-
-    def __init__(
-        self, net: MetaNetwork, *, time_budget_s: float = 1.0, learning_rate: float = 3e-3, max_epochs: int = 300,
-        anchor: float = 1e-2, n_layers: int = 3, process: bool = True,
-    ) -> None:
-        for name, v in (("time_budget_s", time_budget_s), ("learning_rate", learning_rate)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"{name} must be a positive finite number, but got {name}={v!r}.")
-        if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
-            raise ValueError(f"max_epochs must be a positive integer, but got max_epochs={max_epochs!r}.")
-        self.net = net
-        self.time_budget_s = float(time_budget_s)
-        self.learning_rate = float(learning_rate)
-        self.max_epochs = max_epochs
-        if isinstance(anchor, bool) or not isinstance(anchor, (int, float)) or not math.isfinite(anchor) or anchor < 0:
-            raise ValueError(f"anchor must be a non-negative finite number, but got anchor={anchor!r}.")
-        self.anchor = float(anchor)
-        if n_layers not in (1, 2, 3):
-            raise ValueError(f"n_layers must be 1, 2 or 3 (dense layers of the head fine-tuned, from the top), but got n_layers={n_layers!r}.")
-        self.n_layers = n_layers
-        if not isinstance(process, bool):
-            raise ValueError(f"process must be True (adapt in a worker process) or False (in a thread), but got process={process!r}.")
-        self.process = process
-        self._offline = [p.copy() for kb in net._np_head.d for p in kb]
-        self._thread: threading.Thread | None = None
-        self._worker: _Worker | None = None
-        self._lock = threading.Lock()
-        self._answered = threading.Event()
-        self._answered.set()
-        self._generation = 0  # a cancelled request's answer (older generation) is dropped
-        self.n_runs = 0
-        self.last_duration_s = 0.0
-        self.total_s = 0.0
-        #: CPU seconds the fits took, wherever they ran (the worker reports its own)
-        self.cpu_s = 0.0
-        self.last_steps = 0
-        self.last_loss: tuple[float, float] | None = None
-        #: the worker process's pid once it answered (``None``: no answer from a worker yet)
-        self.worker_pid: int | None = None
-
-    @property
-    def running(self) -> bool:
-        return (self._thread is not None and self._thread.is_alive()) or not self._answered.is_set()
-
-    def _options(self) -> dict[str, Any]:
-        return {"learning_rate": self.learning_rate, "max_epochs": self.max_epochs, "anchor": self.anchor,
-                "n_layers": self.n_layers, "time_budget_s": self.time_budget_s}
-
-    def start(self, emb: np.ndarray, cand: np.ndarray, y: np.ndarray, *, background: bool = True) -> bool:
-        """Start one adaptation on rows ``(emb, cand) -> y``; ``False`` if one is still running."""
-        if self.running:
-            return False
-        args = (emb.astype(np.float32), cand.astype(np.float32), y.astype(np.float32))
-        if background and self.process and self._send(*args):
-            return True
-        if background:
-            self._thread = threading.Thread(target=self._run, args=args, name="autobyte-adapt", daemon=True)
-            self._thread.start()
-        else:
-            self._run(*args)
-        return True
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for the adaptation in progress (thread or worker) to end, at most ``timeout`` seconds."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        self._answered.wait(timeout)
-
-    def cancel(self) -> None:
-        """Drop the result of the adaptation in progress (restoring a saved head: in-flight work is not kept)."""
-        with self._lock:
-            self._generation += 1
-            self._answered.set()
-
-    def close(self) -> None:
-        """Stop the worker process, if one runs (it also stops by itself when this process exits)."""
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.close()
-        self.cancel()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    # -------------------------------------------------------------- the worker
-    def _send(self, emb: np.ndarray, cand: np.ndarray, y: np.ndarray) -> bool:
-        """Hand the fit to the worker process; ``False`` (thread from now on) when it cannot start or is gone."""
-        head = self.net._np_head
-        request = {"params": [p for kb in head.d for p in kb], "offline": self._offline, "cn": head.cn,
-                   "emb": emb, "cand": cand, "y": y, "options": self._options()}
-        with self._lock:
-            try:
-                if self._worker is None:
-                    self._worker = _Worker(self._answer)
-                self._answered.clear()
-                self._worker.send(request, (self._generation, head.cn))
-                return True
-            except (OSError, ValueError) as exc:
-                self._answered.set()
-                self._fall_back(f"cannot reach the adaptation worker ({exc})")
-                return False
-
-    def _answer(self, worker: _Worker, answer: dict[str, Any] | None, tag: Any) -> None:
-        """Called by ``worker``'s reader thread with each answer (``None``: the worker is gone)."""
-        with self._lock:
-            if answer is None:
-                if self._worker is worker:  # not one closed on purpose
-                    self._fall_back("the adaptation worker exited")
-                self._answered.set()
-                return
-            generation, cn = tag if tag is not None else (-1, None)
-            self.n_runs += 1
-            self.last_duration_s = float(answer["wall_s"])
-            self.total_s += self.last_duration_s
-            self.cpu_s += float(answer["cpu_s"])
-            self.worker_pid = int(answer["pid"])
-            if "error" in answer:
-                _log.warning("autobyte: online adaptation failed (%s); keeping the previous predictor.", answer["error"])
-            elif generation == self._generation and cn is not None:
-                p = answer["params"]
-                self.net._np_head = _Head(cn, [(p[0], p[1]), (p[2], p[3]), (p[4], p[5])])  # one reference swap
-                self.last_loss = tuple(answer["loss"])  # type: ignore[assignment]
-                self.last_steps = int(answer["steps"])
-            if generation == self._generation:  # a cancelled fit's answer does not end the one sent after it
-                self._answered.set()
-
-    def _fall_back(self, why: str) -> None:
-        _log.warning("autobyte: %s; online adaptation goes on in a thread of this process.", why)
-        self.process = False
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.close()
-
-    # ------------------------------------------------------------ in this process
-    def _run(self, emb: np.ndarray, cand: np.ndarray, y: np.ndarray) -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        generation = self._generation
-        head = self.net._np_head
-        try:
-            params, first, last, steps = fit_head(
-                [p for kb in head.d for p in kb], self._offline, head.cn, emb, cand, y, t0=t0, **self._options())
-            if generation == self._generation:
-                self.net._np_head = _Head(head.cn, [(params[0], params[1]), (params[2], params[3]), (params[4], params[5])])
-                self.last_loss = (first, last)
-                self.last_steps = steps
-        except Exception as exc:  # never let adaptation take training down
-            _log.warning("autobyte: online adaptation failed (%s); keeping the previous predictor.", exc)
-        finally:
-            dt = time.perf_counter() - t0
-            self.last_duration_s = dt
-            self.total_s += dt
-            self.cpu_s += time.thread_time() - c0
-            self.n_runs += 1
-
-
-class _Worker:
-    """The adaptation worker process and the thread that reads its answers.
-
-    ``on_answer(worker, answer, tag)`` is called from the reader thread for
-    each answer with the tag its request was sent with, and once with
-    ``answer=None`` when the worker's output ends (it exited or was closed).
-    """
-
-    def __init__(self, on_answer: Any) -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-u", _adapt_worker.__file__], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, close_fds=True)
-        self._tags: deque[Any] = deque()
-        self._on_answer = on_answer
-        self._outbox: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
-        self._reader = threading.Thread(target=self._read, name="autobyte-adapt-reader", daemon=True)
-        self._writer = threading.Thread(target=self._write, name="autobyte-adapt-writer", daemon=True)
-        self._reader.start()
-        self._writer.start()
-
-    def send(self, request: dict[str, Any], tag: Any) -> None:
-        """Queue one request; the writer thread sends it (a pipe write may wait for the worker to read)."""
-        if self.proc.poll() is not None:
-            raise OSError(f"the worker exited with code {self.proc.returncode}")
-        self._tags.append(tag)
-        self._outbox.put(request)
-
-    def _write(self) -> None:
-        assert self.proc.stdin is not None
-        try:
-            while (request := self._outbox.get()) is not None:
-                _adapt_worker.write_message(self.proc.stdin, request)  # type: ignore[arg-type]
-            self.proc.stdin.close()  # the worker ends at end of input
-        except (OSError, ValueError) as exc:  # the worker is gone: the reader sees its output end
-            _log.debug("autobyte: cannot write to the adaptation worker (%s)", exc)
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        try:
-            while True:
-                answer = _adapt_worker.read_message(self.proc.stdout)  # type: ignore[arg-type]
-                if answer is None:
-                    break
-                self._on_answer(self, answer, self._tags.popleft() if self._tags else None)
-        except Exception as exc:  # a garbled stream: treat as the worker gone
-            _log.debug("autobyte: adaptation worker output unreadable (%s)", exc)
-        self._on_answer(self, None, None)
-
-    def close(self) -> None:
-        self._outbox.put(None)  # the writer closes the worker's input after what is queued
-        try:
-            self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 class AutoByteTuner(Tuner):
     """AutoByte: measured speeds first, the meta-network to choose what to measure.
 
-    A composition of small policies (``autobyte/meta/_policies.py``), asked in
-    this order every window:
+    A composition of small policies, asked in this order at the end of every
+    window (:meth:`observe`):
 
-    1. :class:`~autobyte.meta._policies.Scorer` predicts every candidate's
-       speed, anchored on the speed observed for the configuration in force.
-    2. :class:`~autobyte.meta._policies.Ledger` files the window under its
+    1. :class:`~autobyte.meta._scorer.Scorer` predicts every candidate's
+       speed, anchored on the speed observed for the configuration in force,
+       one prediction per schedule (candidates that run the same schedule on
+       this job's gradients are one), the network's ratios scaled by how they
+       compared with what was measured on this job.
+    2. :class:`~autobyte.meta._ledger.Ledger` files the window under its
        regime (set of conditions). When the controller's detector saw
        conditions change, a past regime whose measurement of the configuration
        in force matches is recalled with all it measured; otherwise a new one
        starts. Nothing measured is forgotten at a change.
-    3. :class:`~autobyte.meta._policies.Learner` labels pairs of windows and
-       adapts the network's head when a checked prediction was wrong.
-    4. :class:`~autobyte.meta._policies.Mover` goes to the fastest
-       configuration measured in this regime when it beats the one in force
+    3. :class:`~autobyte.meta._learner.Learner` labels pairs of windows and
+       adapts the network's head when a checked prediction was wrong by more
+       than ``max_error``.
+    4. :class:`~autobyte.meta._moves.Mover` goes to the fastest configuration
+       measured in this regime when it beats the one in force by ``min_gain``
        (after a trial that measured slower, that is the rollback).
-    5. :class:`~autobyte.meta._policies.Verifier` re-measures the
-       configuration a trial left when the trial ran far from its prediction,
-       so a change of conditions at that moment is not taken for the trial's
-       speed (the detector sees it on the configuration re-measured); when the
-       change accounts for the trial's surprise, the trial's measurement is
-       moved to the new conditions' regime (``refile``).
-    6. :class:`~autobyte.meta._policies.Explorer` tries the unmeasured
+    5. :class:`~autobyte.meta._moves.Verifier` re-measures the configuration a
+       trial left when the trial ran far from its prediction, so a change of
+       conditions at that moment is not taken for the trial's speed (the
+       detector sees it on the configuration re-measured); when the change
+       accounts for the surprise, the trial's measurement is moved to the new
+       conditions' regime.
+    6. Right after a change of conditions, the fastest configuration of the
+       conditions seen last runs to tell whether they are back (recall).
+    7. :class:`~autobyte.meta._explorer.Explorer` tries the unmeasured
        candidate whose expected gain over the time left in this regime
        (recurrences included) most exceeds the trial's expected cost, inside
-       the controller's do-no-harm allowance; none when no trial pays.
+       the controller's do-no-harm allowance, even if the trial falls as far
+       below its prediction as the worst miss measured on this job. Predicted
+       gains are shrunk to the scale of what this job's trials found
+       (:class:`~autobyte.meta._explorer.TrialRecord`), and only the
+       improvement beyond ``min_gain`` counts. None when no trial pays.
 
-    At a check of a window still in progress (:meth:`check`), during a trial
-    it started, :class:`~autobyte.meta._policies.Aborter` ends the trial when
-    it already runs more than ``abort_margin`` below the fastest
-    configuration measured in this regime: the check is recorded as a
-    measurement (half a window: scorer error, ledger, learner, as a window
-    is) and the run goes back to that configuration, which re-measures it
-    (so the detector sees a change of conditions there, as the verifier's
-    re-measurement would). When the trial holds up but the conditions are
-    expected to last less than ``short_horizon_iters``, the check is the
-    trial's window: the policies above decide on it (half a window) at once.
-    Outside a trial, or otherwise, a check changes nothing and the window goes on.
+    At a check of a window still in progress (:meth:`check`): a trial this
+    tuner started that already runs more than ``abort_margin`` below the
+    fastest configuration measured in this regime is ended there
+    (:class:`~autobyte.meta._moves.Aborter`: the check is recorded as half a
+    window and the run goes back to that configuration); a trial that holds
+    up while the conditions are expected to last less than
+    :attr:`short_horizon_iters` is judged on that check alone; a window run
+    to answer a question (the verifier's re-measurement, a recall) is judged
+    at its first check when that check shows no change. Otherwise a check
+    changes nothing and the window goes on.
+
+    The tuner sets the controller's change detector
+    (:class:`~autobyte.core.regime.RegimeDetector`): a configuration's speed
+    moved by more than 15%, or by ``noise_z`` scatters of the job's own
+    repeated measurements where that is more (at most 50%); a rise of the
+    achieved link rate by :attr:`rate_rise`; a step of the iteration times
+    inside one check by :attr:`step_change` (that check mixes both regimes
+    and is kept by no one).
 
     Each decision is logged on ``autobyte.meta`` with what was measured, what
     was predicted and why; a window that keeps the configuration logs why at
@@ -329,202 +102,57 @@ class AutoByteTuner(Tuner):
         weights: path to weights saved by ``autobyte train-meta`` (instead of ``network``).
         min_gain: measured advantage needed to move to another measured configuration (0.02).
         max_error: relative error of a checked prediction that starts adaptation (0.10).
-        adapt: adapt online at all (True).
-        background: adapt in the background (True: the training step never waits); ``False`` runs it
-            inline (deterministic, for simulation).
-        adapt_process: background adaptations run in a worker process (True, default since 2026-11-27:
-            the fit's loop no longer shares the training interpreter's lock; docs/benchmarks.md 7.17)
-            or in a thread of this process (False); :class:`Adapter`'s ``process``.
-        adapt_time_s: bound of one adaptation (1.0).
-        replay_size: rows kept in the replay buffer (256).
+        adapt: adapt the network's head online at all (True).
+        background: adapt in the background (True: the training step never waits);
+            ``False`` runs it inline (deterministic, for simulation).
+        adapt_process: background adaptations run in a worker process (True)
+            or in a thread of this process (False); :class:`~autobyte.meta.Adapter`'s ``process``.
+        adapt_time_s: wall-clock bound of one adaptation (1.0).
+        replay_size: rows kept in the adaptation's replay buffer (256).
         enabled: ``False`` never reconfigures (predictions are still made and logged).
         explore: try unmeasured candidates at all (True); ``False`` moves only between measured ones.
-        remember: recall past regimes when their conditions return (True).
         trial_iters: iterations one trial costs (12: a window of 10 and 2 warm-up iterations).
-        max_distance: powers of two a trial may reach from the nearest measured configuration (2.0; 3.0 before
-            2026-11-26: trials 3 powers beyond a measured partition, at 16-32 KiB, ran 3-4x slower than predicted on real runs).
-        verify: re-measure the configuration a trial left when the trial ran
-            far from its prediction (True).
+        max_distance: powers of two a trial may reach from the nearest measured configuration (2.0).
         abort_margin: a trial measured at a check more than this below the
             fastest configuration measured in this regime is ended there
-            (0.10; in [0.001, 0.9]); ``None`` never ends a trial early. The
-            explorer counts a trial that would be ended at 7 iterations (half
-            a window and the warm-up), not ``trial_iters``.
-        short_horizon_iters: while the regime is expected to last fewer
-            iterations than this (:meth:`Ledger.horizon
-            <autobyte.meta._policies.Ledger.horizon>`, known once a regime has
-            ended), a trial that holds up at its first check is judged on that
-            check alone, as a window of its own (100; ``None``: trials run
-            their whole window unless aborted).
-        equivalent: treat candidates that run the same schedule on this
-            job's gradients as one (:class:`~autobyte.meta._policies.Equivalence`:
-            one prediction, measured once any member is, tried once; True).
-        calibrate: scale the network's predicted log ratios by their slope
-            against what was measured on this job (:class:`~autobyte.meta._policies.Scorer`; True).
-        near_best: a trial stays within ``max_distance`` of a configuration
-            measured within this fraction of the best measured in the regime
-            (:class:`~autobyte.meta._policies.Explorer`'s trust region; ``None``: of any measured one).
-        min_predicted_gain: a trial's prediction must beat the best measured
-            in the regime by this much (``None``: the expected improvement alone decides).
-        refile: a measurement far from its prediction, followed by a change of
-            conditions seen on another configuration that accounts for it (the
-            measurement divided by the change is within the verifier's 50% of
-            its prediction), is moved to the new conditions' regime (it ran in
-            them: the change came before it); ``False`` leaves it where it was
-            filed (True).
-        tail: a trial must fit the guard's allowance even if it falls as far
-            below its prediction as the worst miss measured on this job
-            (:meth:`Scorer.downside <autobyte.meta._policies.Scorer.downside>`;
-            True); ``False``: one demonstrated error below.
-        debias: the explorer lowers every candidate's prediction by how far
-            below their predictions this job's trials ran (the winner's curse
-            of picking the best of many predictions;
-            :meth:`Scorer.trial_bias <autobyte.meta._policies.Scorer.trial_bias>`);
-            ``False`` (default; measured on real runs: fewer trials, the same
-            throughput, docs/benchmarks.md 7.6): predictions as scored.
-        payoff: the explorer scales every expected gain by the share of their
-            expected gain this job's trials realised (:class:`~autobyte.meta._policies.Payoff`:
-            after trials that found nothing faster it explores less, in every
-            regime); ``False`` (default): expected gains as the error model gives them.
-            The record is kept (and logged) either way.
-        time_units: the explorer weighs a trial's gain and cost in
-            iterations' worth of time (:class:`~autobyte.meta._policies.Explorer`):
-            a candidate that may run 10x slower costs 9 iterations per
-            iteration, not log 10 = 2.3; ``False`` (default): in log speed ratios.
-        predictor: ``"network"`` (default): the meta-network predicts every
-            candidate's speed ratio, and adapts online; ``"simulator"``: the
-            simulator, built from the window's own statistics, predicts them
-            (:class:`~autobyte.meta._simscore.SimPredictor`; simulated once per
-            regime; the head is not adapted, nothing reads it);
-            ``"simulator-fit"``: the same, with the simulated per-message cost
-            fitted to the speeds measured in the current conditions (anew each
-            time a configuration is measured there for the first time).
-        within_phase: a trial starts only when it can end before the
-            conditions are expected to change, and its gain counts from its
-            end (:class:`~autobyte.meta._policies.Explorer`); ``False``
-            (default): any time, gains over the whole horizon.
-        answer_at_check: a window run to answer a question (the verifier's
-            re-measurement of the configuration a surprising trial left, a
-            recall probe) is judged at its first check when that check shows
-            no change of conditions: the detector compared the configuration
-            with its last measurement there, which is the answer; the rest of
-            the window would only re-measure it (True). ``False``: such a
-            window runs whole.
-        settle: how the controller tells this tuner of a change of
-            conditions (:class:`~autobyte.core.tuning.Controller`):
-            ``False`` (default): at the check that shows it, its speed the
-            new regime's first measurement; ``"notify"``: at that check,
-            marked mixed, its speed kept by no one (faster on the real
-            README scenario with ``rate_rise``, slower on the simulator,
-            whose changes fall on check boundaries: docs/benchmarks.md
-            7.12); ``True``: at the next check.
-        rate_rise: the controller's detector also takes a rise of the
-            achieved link rate by this much, past what configurations of
-            partitions as large achieved in this regime, as a faster link,
-            whatever configuration runs
-            (:class:`~autobyte.core.regime.RegimeDetector`; 0.5, default
-            since stop 29; ``None``: the speed rule alone).
-        step_change: the controller's detector also takes a step of more
-            than this in rank 0's iteration times inside one check as a change
-            of conditions inside it (:func:`~autobyte.core.regime.within_step`),
-            and drops that check as mixing both regimes, telling this tuner at
-            once (``Observation.mixed``; :meth:`_mixed`): a trial or a probe
-            across a change is not filed as a measurement of either (0.5,
-            default since stop 34; docs/benchmarks.md 7.17); ``None``: not read.
-        noise_z: the controller's detector takes a configuration's speed
-            moved by more than this many scatters of the job's own pairs of
-            measurements of one configuration as a change, where that is more
-            than its 15% (:class:`~autobyte.core.regime.RegimeDetector`
-            ``noise_z``; at most 50%): a host whose checks scatter widely
-            does not start a regime, with its trials, at every odd check
-            (3.0, default since stop 37: on the H100's runs no false alarm
-            left of 19, on the CPU testbed's 12-62% fewer and 1 real change of
-            339 missed, the simulator unchanged; docs/benchmarks.md 7.20;
-            ``None``: the fixed threshold only).
-        mover_z: the mover judges a configuration in force that has run 2
-            windows or more here by its mean over the last windows, not by the
-            window just measured, and leaves it only when another's mean beats
-            it by this many standard deviations
-            of the difference of the two means as well as by ``min_gain``
-            (:class:`~autobyte.meta._policies.Mover` ``noise_z``; the scatter
-            is the ledger's own, from windows of one configuration measured
-            again in unchanged conditions). ``None`` (default): ``min_gain``
-            against the window just measured, which on the CPU testbed and
-            the H100 one window in 4-5 falls short of on noise alone
-            (docs/benchmarks.md 7.22).
-        shrink: the explorer values a trial by what trials won on this job:
-            each predicted gain shrunk to the scale of the improvements this
-            job's trials found (:meth:`Payoff.spread
-            <autobyte.meta._policies.Payoff.spread>`, starting from
-            ``shrink``, in log units, worth one trial), and only the
-            improvement beyond ``min_gain`` (what the mover acts on) counted
-            (:class:`~autobyte.meta._policies.Explorer`'s ``spread`` and
-            ``gain_floor``); costs as predicted. 0.05 (default since stop 31:
-            on the real full suite the same speed on the tuning scenarios and
-            +1.6 points held out, fewer trials; docs/benchmarks.md 7.14).
-            ``None``: every predicted improvement as it is.
+            (0.10; in [0.001, 0.9]); ``None`` never ends a trial early.
+        noise_z: the detector's speed threshold is at least this many
+            scatters of the job's own pairs of measurements of one
+            configuration (3.0): a host whose checks scatter widely does not
+            take its noise for changes of conditions; ``None``: 15% only.
         history_dir: a folder shared by the jobs of one cluster
-            (:class:`~autobyte.meta.JobHistory`): the job starts at
-            the configuration past jobs measured fastest against the one given
+            (:class:`~autobyte.meta.JobHistory`): the job starts at the
+            configuration past jobs measured fastest against the one given
             (when it won by ``min_gain`` over 2+ regimes; the reason is
-            :attr:`started_from`, logged) and keeps what it measures there, one
-            file per job, rewritten at every window. ``None`` (default): no history.
+            :attr:`started_from`, logged) and keeps what it measures there,
+            one file per job, rewritten at every window. ``None`` (default): no history.
         history_write: add this job's measurements to ``history_dir``
-            (``False``: read only, e.g. a job judged on a history it must not add to).
-        history_veto: with ``history_dir``, the explorer does not try a
-            configuration past jobs measured slower than the start by more
-            than ``min_gain`` (:meth:`JobHistory.plan
-            <autobyte.meta.JobHistory.plan>`; logged at start): the
-            cluster's real measurements overrule the network's prediction.
-            What this job measures itself is still moved to (True).
-        history_spread: with ``history_dir`` and ``shrink``, a trial's
-            predicted gain starts shrunk to what past jobs' regimes measured
-            beyond the start (:class:`HistoryPlan.headroom
-            <autobyte.meta._history.HistoryPlan>`: the root mean square, over
-            the past regimes that ran the start beside another configuration,
-            of how far that regime's fastest ran beyond it; logged at start)
-            instead of ``shrink``; this job's own trials then move it as they
-            move ``shrink``. Where past jobs found nothing faster than the
-            start, trials rarely pay; where they did, as before. Used only
-            when 2+ past regimes measured the start beside another
-            configuration (False).
-        clean_check: a check of a configuration measured in this regime that
-            shows no change, after a surprising measurement, judges the
-            surprise as the predictor's (as a window would); without it a
-            change seen after that check could be taken to account for the
-            surprise and move the measurement to the new conditions (True).
-        confirm: a change of conditions seen on one check's speed (the
-            detector's speed or link-rate rule) is confirmed before it is
-            explored: no trial starts at the check that showed it, and when
-            the configuration whose speed showed it runs at its next
-            measurement as it ran before the change, the change is withdrawn
-            (:class:`Ledger`'s ``withdraw``: the regime left goes on, with its
-            measurements and its count of trials that found nothing). On the
-            H100, under unchanged conditions, single 5-iteration checks ran
-            11-14% off their level and back 2-3 times per 150 iterations;
-            each started a regime with one odd measurement as its reference,
-            and trials there cost up to 3.4% of a 396-iteration run
-            (docs/benchmarks.md 8.5). After a step inside a check (dropped as
-            mixed) the next, clean window is the confirmation: a trial may
-            start there, and the change is withdrawn when that window runs as
-            before the change. Off by default
-            (False): on the CPU testbed, where such checks are rarer, it was
-            level with the tuner without it (full suite -0.7 / +0.6 points,
-            tuning / held out; the README scenario -0.9%; the steady suite
-            -0.4% / +3.8%, all within the spread of repeats), on the simulator
-            0.2 points below; on the GPU it is not measured yet
-            (docs/benchmarks.md 7.19).
+            (True; ``False``: read only).
+        history_veto: with ``history_dir``, do not try a configuration past
+            jobs measured slower than the start by more than ``min_gain``
+            (True; logged at start). What this job measures itself is still moved to.
 
     Raises:
-        ValueError: bad thresholds, or an unusable weights file.
+        ValueError: a threshold out of range, ``network`` and ``weights`` both
+            given, or an unusable weights file.
         FileNotFoundError: ``weights`` does not exist.
 
     Example:
-        >>> tuner = make_tuner("autobyte")                          # doctest: +SKIP
+        >>> from autobyte.core import Controller, SearchSpace, make_tuner  # doctest: +SKIP
+        >>> tuner = make_tuner("autobyte")                                  # doctest: +SKIP
         >>> controller = Controller(tuner, SearchSpace.default(), start, "ps", layer_bytes)  # doctest: +SKIP
     """
 
     name = "autobyte"
+    #: the controller's detector takes a rise of the achieved link rate by this much as a faster link
+    rate_rise: float | None = 0.5
+    #: the controller's detector takes a step of iteration time inside one check by this much as a change inside it
+    step_change: float | None = 0.5
+    #: the scale (log units) a trial's predicted gain is shrunk to before this job's trials say more, worth one trial
+    shrink: float = 0.05
+    #: while the conditions are expected to last fewer iterations than this, a trial that holds up at its
+    #: first check is judged on that check alone
+    short_horizon_iters: float = 100.0
 
     def __init__(
         self,
@@ -540,108 +168,63 @@ class AutoByteTuner(Tuner):
         replay_size: int = 256,
         enabled: bool = True,
         explore: bool = True,
-        remember: bool = True,
         trial_iters: int = 12,
         max_distance: float = 2.0,
-        verify: bool = True,
         abort_margin: float | None = 0.10,
-        short_horizon_iters: float | None = 100,
-        equivalent: bool = True,
-        calibrate: bool = True,
-        near_best: float | None = None,
-        min_predicted_gain: float | None = None,
-        refile: bool = True,
-        tail: bool = True,
-        debias: bool = False,
-        payoff: bool = False,
-        time_units: bool = False,
-        predictor: str = "network",
-        within_phase: bool = False,
-        answer_at_check: bool = True,
-        clean_check: bool = True,
-        settle: bool | str = False,
-        rate_rise: float | None = 0.5,
-        step_change: float | None = 0.5,
         noise_z: float | None = 3.0,
-        mover_z: float | None = None,
-        shrink: float | None = 0.05,
         history_dir: str | os.PathLike[str] | None = None,
         history_write: bool = True,
         history_veto: bool = True,
-        history_spread: bool = False,
-        confirm: bool = False,
     ) -> None:
-        if settle not in SETTLE_MODES:
-            raise ValueError(f"settle must be False, True or 'notify', but got settle={settle!r}.")
-        #: read by the controller (the base class's defaults are False and None)
-        self.settle = settle
-        self.rate_rise = check_fraction("rate_rise", rate_rise, 100.0, optional=True)
-        self.step_change = check_fraction("step_change", step_change, 100.0, optional=True)
+        #: read by the controller's detector
         self.noise_z = check_fraction("noise_z", noise_z, 100.0, optional=True)
-        if predictor not in PREDICTORS:
-            raise ValueError(f"predictor must be one of {PREDICTORS}, but got predictor={predictor!r}.")
-        self.predictor = predictor
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
         if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
             raise ValueError(f"replay_size must be a positive integer, but got replay_size={replay_size!r}.")
         if isinstance(trial_iters, bool) or not isinstance(trial_iters, int) or trial_iters < 1:
             raise ValueError(f"trial_iters must be a positive integer, but got trial_iters={trial_iters!r}.")
-        if network is None:
-            network = MetaNetwork.load(weights) if weights is not None else MetaNetwork.load_default()
-        self.net = network
         if not isinstance(adapt_process, bool):
             raise ValueError("adapt_process must be True (adapt in a worker process) or False (in a thread), "
                              f"but got adapt_process={adapt_process!r}.")
+        if network is None:
+            network = MetaNetwork.load(weights) if weights is not None else MetaNetwork.load_default()
+        self.net = network
         self.adapter = Adapter(network, time_budget_s=adapt_time_s, process=adapt_process)
-        self.mover = Mover(min_gain, noise_z=check_fraction("mover_z", mover_z, 100.0, optional=True))
-        # a trial that the aborter would end costs only its first check (half a window and the warm-up)
+        self.mover = Mover(min_gain)
+        # a trial that the aborter would end costs only its first check (half a window and the warm-up);
+        # an improvement the mover would not act on is worth nothing
         self.explorer = Explorer(trial_iters, max_distance=max_distance, abort_margin=abort_margin,
-                                 abort_iters=min(7, trial_iters), near_best=near_best,
-                                 min_predicted_gain=min_predicted_gain, time_units=time_units,
-                                 within_phase=within_phase,
-                                 gain_floor=0.0 if shrink is None else math.log1p(min_gain))
-        self.shrink = None if shrink is None else _check_range("shrink", shrink, SPREAD_FLOOR, 10.0)
+                                 abort_iters=min(7, trial_iters), gain_floor=math.log1p(min_gain))
+        self.aborter = None if abort_margin is None else Aborter(abort_margin)
+        self.verifier = Verifier()
+        self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background,
+                               enabled=adapt)
         self.history = None if history_dir is None else JobHistory(history_dir, write=history_write, min_gain=min_gain)
         self.history_veto = bool(history_veto)
-        self.history_spread = bool(history_spread)
         #: configurations the explorer does not try: past jobs measured them slower than the start
         self.slower: frozenset[Config] = frozenset()
-        #: the scale a trial's predicted gain is shrunk to before this job's trials say more (``shrink``, or
-        #: with ``history_spread`` what past jobs' regimes measured beyond the start); ``None`` without ``shrink``
-        self.spread_prior: float | None = self.shrink
         self.job = new_job_id()  # this job's file in the history folder (kept by state_dict: a resumed job goes on in it)
         #: why the job started where it did (the history's reason; ``None`` without a history)
         self.started_from: str | None = None
-        self.verifier = Verifier()
-        self.verify = bool(verify)
-        if short_horizon_iters is not None:
-            _check_range("short_horizon_iters", short_horizon_iters, 0, 1e9)
-        self.short_horizon_iters = short_horizon_iters
-        self.aborter = None if abort_margin is None else Aborter(_check_range("abort_margin", abort_margin, 1e-3, 0.9))
-        # the head is what adaptation fits; with the simulator predicting, nothing reads it
-        self.learner = Learner(self.adapter, max_error=max_error, replay_size=replay_size, background=background,
-                               enabled=adapt and predictor == "network")
         self.enabled = bool(enabled)
         self.explore = bool(explore)
-        self.remember = bool(remember)
-        self.equivalent = bool(equivalent)
-        self.calibrate = bool(calibrate)
-        self.refile = bool(refile)
-        self.tail = bool(tail)
-        self.debias = bool(debias)
-        self.payoff = bool(payoff)
-        self.answer_at_check = bool(answer_at_check)
-        self.clean_check = bool(clean_check)
-        self.confirm = bool(confirm)
         self._reset()
 
+    def _new_scorer(self, space: SearchSpace) -> Scorer:
+        """The scorer of a job over ``space`` (a subclass may build it otherwise, e.g. for an ablation)."""
+        return Scorer(self.net, space)
+
+    def _new_ledger(self) -> Ledger:
+        """The ledger of a job (a subclass may build it otherwise, e.g. for an ablation)."""
+        return Ledger()
+
     def _reset(self) -> None:
-        self.ledger = Ledger(recall=self.remember, withdraw=self.confirm)
+        self.ledger = self._new_ledger()
         self._window = 0
         self._last_pred: tuple[Config, np.ndarray, np.ndarray, float] | None = None  # last window's config, predictions, raw log ratios, speed
         self._trial: tuple[Config, float, Config] | None = None  # the trial decided last window: config, prediction, left
-        self.trial_record = Payoff(time_units=self.explorer.time_units)  # what trials paid against what was expected of them
+        self.trial_record = TrialRecord()  # what this job's trials found beyond the best measured
         # a surprising measurement not yet judged: config, prediction, speed, raw log ratio, anchor, window share
         self._held: tuple[Config, float, float, float, float, float] | None = None
         self._left: Config | None = None  # the configuration the last decision left
@@ -657,12 +240,10 @@ class AutoByteTuner(Tuner):
         super().start(space, initial)
         if len(space) == 1:
             warnings.warn("autobyte: the search space has one candidate; AutoByte has nothing to tune.", stacklevel=2)
-        sim = SimPredictor(space, fit=self.predictor == "simulator-fit") if self.predictor != "network" else None
-        self.scorer = Scorer(self.net, space, equivalent=self.equivalent, calibrate=self.calibrate, predictor=sim)
+        self.scorer = self._new_scorer(space)
         self._reset()
         self.started_from = None
         self.slower = frozenset()
-        self.spread_prior = self.shrink
         if self.history is not None and self.enabled and len(space) > 1:
             plan = self.history.plan(space, initial, exclude=self.job)
             initial, self.started_from = plan.start, plan.reason
@@ -671,12 +252,6 @@ class AutoByteTuner(Tuner):
             if self.slower:
                 _log.info("autobyte: history: not trying %d configurations past jobs measured slower than %s: %s",
                           len(self.slower), initial, ", ".join(map(str, sorted(self.slower))))
-            if self.history_spread and self.shrink is not None and plan.headroom is not None:
-                # the smallest shrink allowed: a scale of 0 would rule every trial out for good
-                self.spread_prior = max(plan.headroom, SPREAD_FLOOR)
-                _log.info("autobyte: history: the fastest configuration of %d past regimes ran %.1f%% (root mean square, "
-                          "log units) beyond %s; trials' gains start shrunk to that scale instead of %.1f%%", plan.headroom_regimes,
-                          100 * self.spread_prior, initial, 100 * self.shrink)
         return initial
 
     # ------------------------------------------------------------------ decision
@@ -705,36 +280,30 @@ class AutoByteTuner(Tuner):
         measured = regime.speeds(self.ledger.stale_windows)
         trial, self._trial = self._trial, None
         if trial is not None and trial[0] == obs.config and not obs.regime_changed:
-            self.scorer.trial(trial[1], obs.speed)
             self.trial_record.outcome(obs.config, obs.speed)
             others = [v for c, v in measured.items() if c != obs.config]
             regime.misses = 0 if others and obs.speed > max(others) * (1 + self.mover.trigger.min_gain) else regime.misses + 1
         else:
             self.trial_record.drop()  # no trial ran this window, or conditions changed under it
-        move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left,
-                                  self.ledger.counts(), self.ledger.scatter())
+        move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left)
         if move is not None:
             return self._decide(obs, move[0], move[1], measured[move[0]])
-        check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed) if self.verify else None
+        check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed)
         if check is not None:
             return self._decide(obs, check[0], check[1], measured.get(check[0], obs.speed), asks=True)
         probe = self._probe(obs, sc) if obs.regime_changed else None
         if probe is not None:
             return probe
-        if self.explore and not (self.confirm and obs.regime_changed):  # one check's change is confirmed before a trial
+        if self.explore:
             horizon = self.ledger.horizon(obs.iteration)
             trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
                                               self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
-                                              self.scorer.equivalence, self.scorer.downside() if self.tail else 0.0,
-                                              self.scorer.trial_bias() if self.debias else 0.0,
-                                              self.trial_record.factor() if self.payoff else 1.0,
-                                              self.ledger.left(obs.iteration),
-                                              None if self.spread_prior is None else self.trial_record.spread(self.spread_prior),
-                                              skip=self.slower)
+                                              self.scorer.equivalence, self.scorer.downside(),
+                                              self.trial_record.spread(self.shrink), skip=self.slower)
             if trial_cfg is not None:
                 predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
                 self._trial = (trial_cfg[0], predicted, obs.config)
-                self.trial_record.expect(trial_cfg[0], trial_cfg[2], max(measured.values()))
+                self.trial_record.expect(trial_cfg[0], max(measured.values()))
                 self.n_trials += 1
                 return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
         if _log.isEnabledFor(logging.DEBUG):
@@ -786,9 +355,7 @@ class AutoByteTuner(Tuner):
             warnings.warn(f"autobyte: window at iteration {obs.iteration} has speed {obs.speed!r}; keeping {obs.config}.", stacklevel=4)
             return None
         try:
-            here = {} if obs.regime_changed else self.ledger.current.speeds(self.ledger.stale_windows)
-            sc = self.scorer.score(obs.config, obs.speed, obs.features, changed=obs.regime_changed,
-                                   measured={**here, obs.config: obs.speed})
+            sc = self.scorer.score(obs.config, obs.speed, obs.features)
         except (ValueError, FloatingPointError) as exc:
             warnings.warn(f"autobyte: cannot score window at iteration {obs.iteration} ({exc}); keeping {obs.config}.", stacklevel=4)
             return None
@@ -811,7 +378,7 @@ class AutoByteTuner(Tuner):
                 self.errors.append(self.scorer.checked(checked, obs.speed, raw, last[3]))
         before = self.ledger.current
         regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, obs.window_share)
-        if held is not None and obs.regime_changed and self.refile and held[0] != obs.config:
+        if held is not None and obs.regime_changed and held[0] != obs.config:
             self._refile(held, obs, before, regime)
         if obs.regime_changed:
             self._log_change(obs, before, regime, sc.job.job)
@@ -862,12 +429,11 @@ class AutoByteTuner(Tuner):
             raise RuntimeError("AutoByteTuner.check called before start(space, initial).")
         if not self.enabled or obs.regime_changed or not (math.isfinite(obs.speed) and obs.speed > 0):
             return None
-        if (self.clean_check and self._held is not None and self._held[0] != obs.config
-                and obs.config in self.ledger.current.measured):
+        if self._held is not None and self._held[0] != obs.config and obs.config in self.ledger.current.measured:
             # measured again here without a change: conditions did not change since the surprise, which was the predictor's
             held, self._held = self._held, None
             self.errors.append(self.scorer.checked(*held[1:5]))
-        if self.answer_at_check and self._asked == obs.config:
+        if self._asked == obs.config:
             # a verification: the detector compared this configuration with its last measurement here and saw no
             # change; a recall probe: the ledger compares its speed with the past regimes' (on recording it)
             d = self._observe(obs)
@@ -885,21 +451,19 @@ class AutoByteTuner(Tuner):
                 return None
             _, regime = recorded
             regime.misses += 1  # a trial that found nothing faster
-            self.scorer.trial(trial[1], obs.speed)
             self.trial_record.outcome(obs.config, obs.speed)
             self._trial = None
             self.n_aborts += 1
             return self._decide(obs, abort[0], abort[1], measured[abort[0]])
-        if self.short_horizon_iters is not None:
-            horizon = self.ledger.horizon(obs.iteration)
-            if horizon < self.short_horizon_iters:
-                # conditions expected to last little: the check is the trial's window, judged as one
-                d = self._observe(obs)
-                if self._trial is trial:
-                    return None  # the check could not be used (warned): the window goes on
-                return d if d is not None else Decision(
-                    obs.config, f"short: {obs.config} judged on one check ({obs.speed:.1f} samples/s), "
-                                f"{horizon:.0f} iterations expected left in these conditions", obs.speed)
+        horizon = self.ledger.horizon(obs.iteration)
+        if horizon < self.short_horizon_iters:
+            # conditions expected to last little: the check is the trial's window, judged as one
+            d = self._observe(obs)
+            if self._trial is trial:
+                return None  # the check could not be used (warned): the window goes on
+            return d if d is not None else Decision(
+                obs.config, f"short: {obs.config} judged on one check ({obs.speed:.1f} samples/s), "
+                            f"{horizon:.0f} iterations expected left in these conditions", obs.speed)
         return None  # the trial goes on; nothing recorded (the whole window will be)
 
     def _decide(self, obs: Observation, cfg: Config, reason: str, predicted: float | None, asks: bool = False) -> Decision:
@@ -938,7 +502,6 @@ class AutoByteTuner(Tuner):
             "window": self._window,
             "job": self.job,
             "slower": sorted([c.partition_bytes, c.credit_bytes] for c in self.slower),
-            "spread_prior": self.spread_prior,
             "ledger": self.ledger.state_dict(),
             "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
             "learner": self.learner.state_dict(),
@@ -959,7 +522,7 @@ class AutoByteTuner(Tuner):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (missing keys keep their current values).
+        """Restore :meth:`state_dict`'s output (missing keys keep their current values, unknown ones are ignored).
 
         Raises:
             ValueError: the saved head's shapes do not match this tuner's network.
@@ -981,8 +544,6 @@ class AutoByteTuner(Tuner):
         self.job = str(state.get("job", self.job))
         if "slower" in state:  # as planned at the job's start, not from files other jobs wrote since
             self.slower = frozenset(Config(int(v[0]), int(v[1])) for v in state["slower"])
-        if "spread_prior" in state:  # as planned at the job's start, too
-            self.spread_prior = None if state["spread_prior"] is None else float(state["spread_prior"])
         self.ledger.load_state_dict(state.get("ledger", {}))
         if hasattr(self, "scorer"):
             self.scorer.load_state_dict(state.get("scorer", {}))

@@ -79,20 +79,19 @@ def test_checks_join_into_one_window_per_tuner_call():
 
 
 class _Recorder(Flip):
-    """Flip, keeping every observation; ``settle`` as the controller reads it."""
+    """Flip, keeping every observation."""
 
-    def __init__(self, settle: bool = False) -> None:
+    def __init__(self) -> None:
         self.seen: list[Observation] = []
-        self.settle = settle
 
     def observe(self, obs: Observation) -> Decision | None:
         self.seen.append(obs)
         return super().observe(obs)
 
 
-def _steady(settle: bool = False) -> tuple[_Recorder, Controller]:
+def _steady() -> tuple[_Recorder, Controller]:
     """A controller that has seen a full window at 100 samples/s and half a window at 99 (the same conditions)."""
-    t = _Recorder(settle)
+    t = _Recorder()
     c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
     c.decide(9, [_w(100, 10)])  # a full window at 100 samples/s: keep
     assert c.decide(14, [_w(99, 5)]) is None and len(t.seen) == 1  # 1% slower: same conditions, wait
@@ -111,37 +110,7 @@ def test_a_speed_jump_under_one_config_is_acted_on_at_once():
     assert c.decide(24, [_w(300, 5)]) is None and len(t.seen) == 2
 
 
-def test_a_tuner_that_settles_is_asked_at_the_check_after_the_one_that_shows_the_change():
-    t, c = _steady(settle=True)
-    # 30% slower half a window later: conditions changed inside this check (it mixes both): dropped
-    assert c.decide(19, [_w(70, 5)]) is None and len(t.seen) == 1 and c.detector.settling
-    assert [h["iteration"] for h in c.history] == [9]
-    d = c.decide(24, [_w(60, 5)])  # the next check, wholly in the new conditions: the tuner is asked at once
-    assert len(t.seen) == 2 and t.seen[1].regime_changed and t.seen[1].speed == pytest.approx(60)
-    assert c.history[-1]["regime_changed"] is True and c.detector.last == {SPACE[0]: 60}  # the reference is the clean check
-    assert d is not None and d.config == SPACE[1]
-
-
-def test_a_tuner_notified_of_a_mixed_check_hears_of_the_change_at_once_and_once():
-    t = _Keeps()
-    t.settle = "notify"
-    seen = t.seen
-    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
-    c.decide(9, [_w(100, 10)])
-    c.decide(14, [_w(70, 5)])  # conditions changed inside this check: the tuner is told now, the speed marked mixed
-    assert len(seen) == 2 and seen[1].regime_changed and seen[1].mixed and seen[1].speed == pytest.approx(70)
-    assert c.detector.settling and c.detector.last == {}  # no reference of the detector from it
-    assert c.history[-1]["mixed"] is True and c.history[-1]["regime_changed"] is True and c.history[-1]["regime_rule"] == "speed"
-    assert c.decide(19, [_w(55, 5)]) is None and len(seen) == 2  # the next check: the new regime's reference, not told again
-    assert c.detector.last == {SPACE[0]: 55} and not c.detector.settling
-    c.decide(24, [_w(56, 5)])  # with it, a whole window of the new conditions
-    assert len(seen) == 3 and not seen[2].regime_changed and not seen[2].mixed and seen[2].speed == pytest.approx(55.5)
-    with pytest.raises(ValueError, match="a tuner's settle must be False, True or 'notify', but got settle='soon'"):
-        t.settle = "soon"
-        Controller(t, SPACE, SPACE[0], "allreduce", [400, 600])
-
-
-def test_by_default_the_mixed_check_starts_the_new_regime_and_is_its_reference():
+def test_a_check_that_mixes_both_regimes_unseen_starts_the_new_regime_and_is_its_reference():
     t = _Keeps()
     seen = t.seen
     c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
@@ -152,13 +121,10 @@ def test_by_default_the_mixed_check_starts_the_new_regime_and_is_its_reference()
     assert len(seen) == 3 and seen[2].regime_changed and c.detector.last == {SPACE[0]: 55}
 
 
-def test_a_settling_check_is_kept_in_the_statistics_of_a_single_process():
-    class Settles(StaticTuner):
-        settle = True
-
-    c = Controller(Settles(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=5, warmup_iters=0, world_size=1)
+def test_a_check_that_steps_inside_is_kept_in_the_statistics_of_a_single_process():
+    c = Controller(StaticTuner(), SPACE, SPACE[0], "allreduce", [400, 600], window_iters=5, warmup_iters=0, world_size=1)
     for i, speed in enumerate([100, 50, 50]):
-        c.decide(5 * i + 4, [_w(speed, 5)])
+        c.decide(5 * i + 4, [_w(speed, 5)], STEP_TIMES if i == 1 else ())
     assert [h["speed"] for h in c.history] == [100, 50, 50]
 
 
@@ -323,18 +289,13 @@ def test_a_step_is_read_whatever_configuration_runs_and_not_without_times_or_bel
     assert not any(h.get("regime_changed") for h in c2.history) and len(t2.seen) == 2
 
 
-def test_a_tuner_without_the_step_rule_or_that_settles():
+def test_a_tuner_without_the_step_rule():
     off = _Keeps()
     off.step_change = None
     c = Controller(off, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
     c.decide(9, [_w(100, 10)])
     c.decide(14, [_w(90, 5)], STEP_TIMES)
     assert not any(h.get("regime_changed") for h in c.history) and c.detector.step_change is None
-    t, c = _steady(settle=True)
-    assert c.decide(19, [_w(95, 5)], STEP_TIMES) is None and len(t.seen) == 1  # settle=True: told a check later
-    assert c.detector.settling and c.detector.rule == "step"
-    c.decide(24, [_w(50, 5)], (0.2,) * 5)
-    assert len(t.seen) == 2 and t.seen[1].regime_changed and not t.seen[1].mixed
     bad = _Keeps()
     bad.step_change = 0
     with pytest.raises(ValueError, match=r"step_change must be None or a number in \(0, 100\), but got step_change=0"):

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import warnings
@@ -131,7 +130,7 @@ def test_adaptation_never_raises_into_training(fresh_net):
 def _past_job(folder, job: str, fast: Config, gain: float = 0.10) -> None:
     """A past job's file: ``fast`` ran ``gain`` faster than SPACE[0] in two regimes."""
     from autobyte.meta._history import JobHistory
-    from autobyte.meta._policies import Regime
+    from autobyte.meta._ledger import Regime
 
     JobHistory(folder).save(job, [Regime(i, {SPACE[0]: [lv, 3.0, 1.0], fast: [lv * (1 + gain), 3.0, 1.0]})
                                   for i, lv in enumerate([80.0, 200.0])])
@@ -171,7 +170,7 @@ def test_history_read_only_or_tuning_off(fresh_net, tmp_path):
 
 def test_history_veto_keeps_trials_off_what_past_jobs_measured_slower(fresh_net, tmp_path):
     from autobyte.meta._history import JobHistory
-    from autobyte.meta._policies import Regime
+    from autobyte.meta._ledger import Regime
 
     tmp_path = tmp_path / "history"  # fresh_net keeps its weights in tmp_path
     # every configuration compared in two regimes: SPACE[5] 10% faster than all the others
@@ -218,74 +217,3 @@ def test_history_start_is_the_guards_reference(fresh_net, tmp_path):
 def test_bad_history_dir_is_a_clear_error(fresh_net, tmp_path):
     with pytest.raises(TypeError, match=r"history_dir must be a folder path .* got 3"):
         AutoByteTuner(fresh_net, history_dir=3)  # type: ignore[arg-type]
-
-
-def test_history_spread_starts_the_trials_scale_at_what_past_regimes_found_beyond_the_start(fresh_net, tmp_path):
-    tmp_path = tmp_path / "history"  # fresh_net keeps its weights in tmp_path
-    # SPACE[5] 10% faster than SPACE[0] in two regimes, and the fastest there: nothing measured beyond it
-    _past_job(tmp_path, "past", SPACE[5])
-
-    def reasons(t: AutoByteTuner) -> list[str]:
-        cur, out = t.start(SPACE, SPACE[0]), []
-        for w in range(12):
-            d = t.observe(obs(cur, w, gbps=1.0))
-            if d is not None:
-                out.append(d.reason)
-                cur = d.config
-        return out
-
-    plain = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_veto=False)
-    assert plain.start(SPACE, SPACE[0]) == SPACE[5] and plain.spread_prior == 0.05  # shrink, as without the option
-    fresh_net.reset_head()
-    spread = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_veto=False,
-                           history_spread=True)
-    assert spread.start(SPACE, SPACE[0]) == SPACE[5] and spread.spread_prior == 1e-3  # the floor: nothing ran beyond it
-    fresh_net.reset_head()
-    tried = [r for r in reasons(plain) if r.startswith("explore")]
-    fresh_net.reset_head()
-    assert tried and not [r for r in reasons(spread) if r.startswith("explore")]  # the same job, no trial pays
-    # a resumed job keeps the scale planned at its start; without shrink there is none to replace
-    state = json.loads(json.dumps(spread.state_dict()))
-    again = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path / "elsewhere", history_spread=True)
-    again.start(SPACE, SPACE[0])
-    assert again.spread_prior == 0.05
-    again.load_state_dict(state)
-    assert again.spread_prior == 1e-3
-    off = AutoByteTuner(fresh_net, background=False, history_dir=tmp_path, history_write=False, history_spread=True, shrink=None)
-    off.start(SPACE, SPACE[0])
-    assert off.spread_prior is None
-
-
-def _run_with_a_change_at(t: AutoByteTuner, at: int, factor: float = 1.0, n: int = 6) -> list[tuple[Config, str | None]]:
-    """Windows on one simulated cluster; the one at ``at`` shows a change (its speed times ``factor``)."""
-    cur, out = t.start(SPACE, SPACE[0]), []
-    for w in range(n):
-        o = obs(cur, w, gbps=1.0)
-        if w == at:
-            o = dataclasses.replace(o, speed=o.speed * factor, regime_changed=True)
-        d = t.observe(o)
-        out.append((cur, None if d is None else d.reason))
-        if d is not None:
-            cur = d.config
-    return out
-
-
-def test_confirm_starts_no_trial_at_the_check_that_showed_a_change(fresh_net):
-    plain = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False), 3)  # the default: off
-    assert plain[3][1] is not None and plain[3][1].startswith("explore")  # without: a trial on that one check
-    fresh_net.reset_head()
-    confirmed = _run_with_a_change_at(AutoByteTuner(fresh_net, background=False, confirm=True), 3)
-    assert confirmed[:3] == plain[:3]  # the same job up to the change
-    assert confirmed[3][1] is None  # the change is measured once more first ...
-    assert confirmed[4][0] == confirmed[3][0] and confirmed[4][1] is not None and confirmed[4][1].startswith("explore")  # ... then tried
-
-
-def test_confirm_withdraws_a_change_the_next_window_does_not_show(fresh_net):
-    t = AutoByteTuner(fresh_net, background=False, confirm=True)
-    out = _run_with_a_change_at(t, 3, factor=1.3, n=5)  # one window 30% fast, then as before
-    assert out[3][1] is None and out[4][0] == out[3][0]  # nothing tried on the fast check
-    assert [r.ident for r in t.ledger.regimes] == [0] and t.ledger.current.durations == []  # the regime went on
-    fresh_net.reset_head()
-    t = AutoByteTuner(fresh_net, background=False, confirm=False)
-    _run_with_a_change_at(t, 3, factor=1.3, n=5)
-    assert [r.ident for r in t.ledger.regimes] == [0, 1]  # without: a regime of its own, with a trial in it

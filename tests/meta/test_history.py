@@ -10,7 +10,7 @@ import pytest
 
 from autobyte.core.space import Config, MiB, SearchSpace
 from autobyte.meta._history import HistoryPlan, JobHistory
-from autobyte.meta._policies import Regime
+from autobyte.meta._ledger import Regime
 
 SPACE = SearchSpace.grid([MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
 DEFAULT = Config(4_000_000, 16_000_000)  # ByteScheduler's default: outside the grid
@@ -185,23 +185,3 @@ def test_plan_rules_out_the_given_start_only_when_a_past_job_compared_it(tmp_pat
 def test_plan_of_an_empty_history_rules_out_nothing(tmp_path):
     plan = JobHistory(tmp_path / "none").plan(SPACE, DEFAULT)
     assert plan.start == DEFAULT and plan.slower == frozenset()
-
-
-def test_plan_headroom_is_how_far_past_regimes_fastest_ran_beyond_the_start(tmp_path):
-    # regimes that ran the start (A, picked) beside others: A fastest in two, B 10% and C 4% beyond it in a third
-    _write(tmp_path, "one", regimes({DEFAULT: 0.0, A: 0.10, B: -0.10}, [80.0, 200.0]))
-    _write(tmp_path, "two", [[(A, 100.0, 3.0), (B, 110.0, 3.0), (C, 104.0, 3.0)]])
-    _write(tmp_path, "three", [[(B, 50.0, 3.0), (DEFAULT, 55.0, 3.0)]])  # no A: says nothing of the headroom beyond it
-    plan = JobHistory(tmp_path, prior=1e-9).plan(SPACE, DEFAULT)
-    assert plan.start == A and plan.headroom_regimes == 3
-    assert plan.headroom == pytest.approx(math.sqrt(math.log(1.1) ** 2 / 3))
-    # fewer regimes than min_regimes ran the start beside another configuration: no figure
-    assert JobHistory(tmp_path, prior=1e-9, min_regimes=4).plan(SPACE, DEFAULT).headroom is None
-    # an empty history, or one where the start never ran: none either
-    assert JobHistory(tmp_path / "none").plan(SPACE, DEFAULT).headroom is None
-    only = tmp_path / "only"
-    _write(only, "x", regimes({B: 0.0, C: 0.05}, [80.0, 200.0]))
-    plan = JobHistory(only, prior=1e-9).plan(SPACE, A)  # C picked; A never ran
-    assert plan.start == C and plan.headroom == 0.0 and plan.headroom_regimes == 2  # C was the fastest where it ran
-    plan = JobHistory(only, prior=1e-9, min_gain=0.5).plan(SPACE, A)  # no pick: the start A never ran
-    assert plan.start == A and plan.headroom is None and plan.headroom_regimes == 0

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 from autobyte.core.space import Config, KiB, MiB  # noqa: E402
 from autobyte.meta._history import JobHistory  # noqa: E402
-from autobyte.meta._policies import Regime  # noqa: E402
+from autobyte.meta._ledger import Regime  # noqa: E402
 from autobyte.testing import run_ranks  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "history_job.py"

@@ -1,4 +1,4 @@
-"""benchmarks/bench_tuner_sim.py (issue 12): scenarios, baselines, the --quick path, argument errors."""
+"""benchmarks/bench_tuner_sim.py: scenarios, baselines, the --quick path, argument errors; and tuner_sim_trace.py."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import importlib.util
 import json
 
 import pytest
-
-from autobyte.meta._evaluate import CHECK, WINDOW
 
 
 #: How far a method may come out above the per-segment oracle (or ByteScheduler's default above
@@ -26,14 +24,14 @@ def bench(load_benchmark):
     return load_benchmark("bench_tuner_sim")
 
 
-def test_scenarios_are_seeded_varied_and_within_the_issue_ranges(bench):
+def test_scenarios_are_seeded_varied_and_within_their_ranges(bench):
     kinds, families, archs = set(), set(), set()
     for set_name in ("tune", "heldout"):
         for i in range(bench.N_DEFAULT):
             sc = bench.make_scenario(set_name, i)
             lengths = [n for _, n, _ in sc.segments]
-            assert all(15 <= n <= 50 and n % CHECK == 0 for n in lengths), lengths
-            assert 150 <= sc.n_iters <= 300 and sc.n_iters % WINDOW == 0
+            assert all(15 <= n <= 50 and n % bench.CHECK == 0 for n in lengths), lengths
+            assert 150 <= sc.n_iters <= 300 and sc.n_iters % bench.WINDOW == 0
             assert 2 <= sc.n_workers <= 8 and len(sc.conditions) >= 2
             assert [s0 for s0, _, _ in sc.segments] == [sum(lengths[:k]) for k in range(len(lengths))]
             kinds.add(sc.kind), families.add(sc.family), archs.add(sc.arch)
@@ -73,7 +71,7 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
     # the oracle's schedule, as run, matches what the table predicted for it
     assert abs(row["predicted"]["oracle"] / thr["oracle"] - 1) < 0.02
     # asked about once a window: the do-no-harm guard answers a check itself when it sends the run back
-    assert row["decisions"]["autobyte"] >= 0.8 * (row["n_iters"] // WINDOW)
+    assert row["decisions"]["autobyte"] >= 0.8 * (row["n_iters"] // bench.WINDOW)
     assert res["summary"]["autobyte"]["vs_oracle"]["geomean"] == pytest.approx(row["vs_oracle"]["autobyte"])
     # a second run takes the baselines from the cache, and they are what was computed
     assert not row["baselines_cached"]
@@ -86,11 +84,11 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
 def test_host_noise_scatters_every_methods_checks_alike(bench, tmp_path):
     import numpy as np
 
-    from autobyte.meta._evaluate import host_slowdowns
+    from evaluate import host_slowdowns  # benchmarks/evaluate.py, on the path bench_tuner_sim.py sets
 
-    a, b = host_slowdowns(3, CHECK, 0.12), host_slowdowns(3, CHECK, 0.12)
+    a, b = host_slowdowns(3, bench.CHECK, 0.12), host_slowdowns(3, bench.CHECK, 0.12)
     assert a is not None and b is not None and a.tolist() == b.tolist()  # a function of the check alone
-    assert host_slowdowns(3, CHECK, 0.0) is None and host_slowdowns(4, CHECK, 0.12).tolist() != a.tolist()
+    assert host_slowdowns(3, bench.CHECK, 0.0) is None and host_slowdowns(4, bench.CHECK, 0.12).tolist() != a.tolist()
     argv = ["--set", "tune", "--only", "2", "--tuners", "static", "--cache", str(tmp_path / "c")]
     quiet = bench.main(argv)["tune"]["rows"][0]
     noisy = bench.main(argv + ["--host-noise", "0.12"])["tune"]["rows"][0]
@@ -105,7 +103,7 @@ def test_host_noise_scatters_every_methods_checks_alike(bench, tmp_path):
     def scatter(noise):  # of consecutive checks of the default inside the first segment (from the cache)
         base = bench.baselines(sc, cands, space, tmp_path / "c", noise)
         assert base["cached"]
-        speeds = base["runs"]["bytescheduler_default"]["check_speeds"][: sc.segments[0][1] // CHECK]
+        speeds = base["runs"]["bytescheduler_default"]["check_speeds"][: sc.segments[0][1] // bench.CHECK]
         return float(np.std(np.diff(np.log(speeds))))
 
     assert scatter(0.0) < 0.01 < 0.05 < scatter(0.12) < 0.15  # the H100's default's checks: 0.078 (5.5% each)
