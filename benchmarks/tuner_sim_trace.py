@@ -1,7 +1,7 @@
 """One scenario of ``bench_tuner_sim.py``, traced: the tuner's log lines, its configuration per window, the oracle's.
 
     OMP_NUM_THREADS=1 python benchmarks/tuner_sim_trace.py tune 13
-    OMP_NUM_THREADS=1 python benchmarks/tuner_sim_trace.py tune 13 --tuner autobyte-stop34 --import benchmarks/tuner_variants.py
+    OMP_NUM_THREADS=1 python benchmarks/tuner_sim_trace.py tune 13 --tuner autobyte-no-noise-z --import benchmarks/tuner_variants.py
 
 Runs the tuner on scenario ``INDEX`` of set ``SET`` exactly as ``bench_tuner_sim.py`` does (same start, space,
 network, seeds and adaptation budget), with the ``autobyte`` loggers at INFO on standard output, so every decision

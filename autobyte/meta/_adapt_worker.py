@@ -12,7 +12,7 @@ Why a process: a fit is 0.2-0.6 s of CPU in a tight Python loop over small
 matrices. In a thread of a training process it holds the interpreter lock the
 engine's communication threads need; on the 2-core CPU testbed the tuner
 doing nothing but its bookkeeping and adaptation ran 1.2% below a static run,
-0.2% without adaptation (docs/benchmarks.md 7.16).
+0.2% without adaptation.
 """
 
 from __future__ import annotations
