@@ -9,7 +9,7 @@ limit); (b) a small grid of partition and credit sizes. The engine runs under
 ``tuner="static"`` (window checks, never a move), so it issues messages in
 ByteScheduler's priority order estimated from the measured layer times, as
 under any tuner; ``--ready-order`` runs it without a tuner, in the gradients'
-ready order (how this benchmark ran before 2026-11-24).
+ready order.
 """
 
 from __future__ import annotations
@@ -43,6 +43,32 @@ def _label(mode) -> str:
     return f"scheduled <{unit}, {credit}>"
 
 
+def run_on_link(argv: list[str], mbit: float | None, timeout_s: float = 3600.0) -> str | None:
+    """Run ``python *argv`` as 2 ranks and return rank 0's standard output (``None``: a rank failed, said on stderr).
+
+    ``mbit=None``: local processes over loopback; otherwise each rank in a network namespace of the
+    testbed, on a link shaped to ``mbit`` Mbit/s (needs root).
+    """
+    if mbit is None:
+        res = run_ranks(argv, 2, timeout_s=timeout_s)
+        for r in res:
+            if r.returncode != 0:
+                print(r.stderr[-4000:], file=sys.stderr)
+                return None
+        return res[0].stdout
+    import io
+
+    from autobyte.testbed import Testbed
+
+    buf = io.StringIO()
+    with Testbed(2, bandwidth_mbit=mbit) as tb:
+        if tb.run([sys.executable, *argv], timeout_s=timeout_s, stdout=buf) != 0:
+            print(buf.getvalue()[-4000:], file=sys.stderr)
+            return None
+    # rank 0's lines (the testbed prefixes every line with its worker)
+    return "\n".join(line.split("] ", 1)[-1] for line in buf.getvalue().splitlines() if line.startswith("[w0] "))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -59,24 +85,9 @@ def main() -> int:
     opts = {"modes": modes, "rounds": rounds, "iters": args.iters, "batch_size": args.batch_size,
             "tuner": None if args.ready_order else "static"}
     argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ranks.py"), json.dumps(opts)]
-    if args.mbit is None:
-        res = run_ranks(argv, 2, timeout_s=3600)
-        for r in res:
-            if r.returncode != 0:
-                print(r.stderr[-4000:], file=sys.stderr)
-                return 1
-        out = res[0].stdout
-    else:
-        import io
-
-        from autobyte.testbed import Testbed
-
-        buf = io.StringIO()
-        with Testbed(2, bandwidth_mbit=args.mbit) as tb:
-            if tb.run([sys.executable, *argv], timeout_s=3600, stdout=buf) != 0:
-                print(buf.getvalue()[-4000:], file=sys.stderr)
-                return 1
-        out = "\n".join(line.split("] ", 1)[-1] for line in buf.getvalue().splitlines())
+    out = run_on_link(argv, args.mbit)
+    if out is None:
+        return 1
     print(f"link: {'loopback (unshaped)' if args.mbit is None else f'{args.mbit:g} Mbit/s, network namespaces'}; "
           f"engine order: {'ready order (no tuner)' if args.ready_order else 'priority, estimated (tuner=static)'}")
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
