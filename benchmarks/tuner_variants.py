@@ -189,6 +189,12 @@ class SwitchTo(StaticTuner):
         self.moved = True
         return Decision(self.target, "switch once, at the first window")
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"moved": self.moved}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.moved = bool(state.get("moved", self.moved))
+
 
 def _switch_to(partition: int, credit: int) -> Callable[..., Tuner]:
     return lambda: SwitchTo(Config(partition, credit))

@@ -1,0 +1,60 @@
+"""benchmarks/tuner_variants.py: every variant registers by a name that says what it is, builds, and passes the tuner contract."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from autobyte.core.tuners import _REGISTRY, import_tuners, make_tuner
+from autobyte.meta import AutoByteTuner, MetaNetwork
+from autobyte.testing import tuner_contract as contract
+
+VARIANTS = Path(__file__).resolve().parents[2] / "benchmarks" / "tuner_variants.py"
+
+
+@pytest.fixture(scope="module")
+def names():
+    added = import_tuners([str(VARIANTS)])
+    yield added
+    for n in added:
+        _REGISTRY.pop(n, None)
+
+
+def test_variants_are_named_by_what_they_are(names):
+    assert {"autobyte-no-equivalence", "autobyte-no-calibration", "autobyte-no-noise-z", "autobyte-history",
+            "static-history", "autobyte-screen", "static-16m-2x", "static-1m-4x", "switch-1m-4x"} <= set(names)
+    assert not [n for n in names if re.search(r"stop|\d{4}-\d\d", n)]
+
+
+def _build(name: str):
+    if "network" in inspect.signature(_REGISTRY[name]).parameters:  # AutoByte: inline, as the contract runs it
+        return make_tuner(name, network=MetaNetwork.load_default(), background=False, adapt_time_s=1e6)
+    return make_tuner(name)
+
+
+def test_the_ablations_are_the_shipped_tuner_with_one_policy_changed(names):
+    net = MetaNetwork.load_default()
+    space, start = contract.SPACE, contract.START
+    built = {n: make_tuner(n, network=net, background=False) for n in ("autobyte-no-equivalence", "autobyte-no-calibration",
+                                                                     "autobyte-no-noise-z")}
+    for t in built.values():
+        assert isinstance(t, AutoByteTuner)
+        t.start(space, start)
+    assert not built["autobyte-no-equivalence"].scorer.equivalence.enabled and built["autobyte-no-equivalence"].scorer.calibrate
+    assert not built["autobyte-no-calibration"].scorer.calibrate and built["autobyte-no-calibration"].scorer.equivalence.enabled
+    assert built["autobyte-no-noise-z"].noise_z is None and AutoByteTuner(net).noise_z == 3.0
+
+
+@pytest.mark.parametrize("name", ["static-1m-4x", "switch-1m-4x"])
+def test_a_static_variant_passes_the_tuner_contract(names, name):
+    contract.check_tuner(lambda: _build(name), inside_space=False)
+
+
+def test_the_screen_keeps_its_pattern_across_a_checkpoint(names):
+    # its pattern is the job's start's, kept in its state: a resumed job goes on as the uninterrupted one
+    # (the whole contract runs for the shipped tuner; a shorter run here)
+    contract.check_start(lambda: _build("autobyte-screen"))
+    contract.check_state_round_trip(lambda: _build("autobyte-screen"), checkpoints=(3,), n_windows=10, min_decisions=3)
