@@ -231,7 +231,8 @@ def case_advice(res: dict[str, Any], calibration: str) -> Any:
     """``autobyte.advise`` for one measured case, from the profile recorded before any DDP iteration."""
     import numpy as np
 
-    from autobyte._advise import advise, fit_compute_total
+    from autobyte._advise import advise
+    from autobyte._advise_inputs import fit_compute_total
     from autobyte.sim import ModelProfile
 
     prof = res["profile"]
