@@ -31,7 +31,6 @@ def test_parameters_have_the_profiles_sizes_one_per_layer():
 def test_backward_takes_the_profiles_time_layer_by_layer_output_to_input():
     m = make_emulated("resnet50", 2.0)  # 54 layers, 0.15-25 ms of backward each, 0.23 s in all
     bwd = m.emulation.backward_s
-    mem = np.cumsum([n * 4 for n in m.emulation.layer_elements][::-1]) / 1e9  # seconds to write the grads at 1 GB/s
     ready: list[tuple[int, float]] = []
     for i, p in enumerate(m.parameters()):
         p.register_post_accumulate_grad_hook(lambda p, i=i: ready.append((i, time.perf_counter())))
