@@ -6,7 +6,6 @@ import json
 import os
 import time
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
