@@ -25,15 +25,6 @@ def test_pyplot_without_matplotlib(monkeypatch):
         pyplot("plotting")
 
 
-def test_evaluate_says_what_to_install_before_simulating(monkeypatch, tmp_path):
-    from autobyte.meta._evaluate import run_all
-
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(ImportError, match=r"autobyte evaluate\) needs matplotlib, .* pip install 'autobyte\[plots\]'"):
-        run_all(tmp_path, only={"fig7"})
-    assert not (tmp_path / "figures" / "eval_results.json").exists()
-
-
 def test_bo_without_bayesian_optimization_names_the_extra(monkeypatch):
     from autobyte.core.space import SearchSpace, BYTESCHEDULER_DEFAULT
     from autobyte.core.tuners import make_tuner
