@@ -3,7 +3,7 @@
 The speed rule (``core.regime.RegimeDetector``) calls a change of conditions when a configuration measured
 again runs more than ``threshold`` (15%) away from its last measurement. How far two checks of one
 configuration in one condition lie apart depends on the host: on the CPU testbed a few percent, on the H100
-of docs/benchmarks.md 8.5 far more (2 ranks sharing one GPU). This script cuts real runs into checks of
+of docs/benchmarks.md section 4 far more (2 ranks sharing one GPU). This script cuts real runs into checks of
 ``--check`` iterations, pairs each check with the last one of the same configuration (as the detector does) and
 counts, for the fixed threshold and for ``noise_z`` values (the threshold raised to ``z`` times the run's own
 pair scatter, estimated online from the pairs before, :func:`autobyte.core.regime.pair_scatter`):
@@ -14,13 +14,13 @@ pair scatter, estimated online from the pairs before, :func:`autobyte.core.regim
 Inputs, any mix of: a folder written by ``autobyte bench --suite`` (``*/iterations.csv``: every method's
 runs, conditions from the trace), or a ``bench_gpu.json`` (``tuned[*].iter_seconds``: one condition)::
 
-    python benchmarks/speed_rule_calibration.py docs/figures/suite_full_stop36 docs/figures/bench_gpu_h100/run13/bench_gpu.json
+    python benchmarks/speed_rule_calibration.py runs/full OUT/bench_gpu.json   # autobyte bench --suite full --out runs/full; bench_gpu.py --out OUT
 
 Checks are cut from iteration 2 on, every ``--check`` iterations; a check whose iterations ran under two
 configurations or two conditions is skipped (the step rule drops most of those). The controller's own checks
 restart after each reconfiguration, so these are a sample of checks, not the checks themselves.
 
-A second table reads the same checks as the tuner's mover does (``meta._policies.Mover``): it moves when a
+A second table reads the same checks as the tuner's mover does (``meta._moves.Mover``): it moves when a
 configuration measured in these conditions beats the one in force by ``min_gain`` (2%), comparing that
 configuration's mean of its last 3 windows (the ledger's ``memory``) with the window just measured. For each
 ``--mover`` gain: the share of checks that fall that far below the mean of the last 3 checks of the same

@@ -7,7 +7,7 @@ condition is *clean*; one that spans a change of condition is *mixed*. For each 
 groups whose step exceeds it (a false alarm: a clean measurement dropped and a spurious change) and the share of
 mixed groups it catches (a mixed measurement dropped instead of filed)::
 
-    python benchmarks/step_rule_calibration.py docs/figures/suite_full_stop33
+    python benchmarks/step_rule_calibration.py runs/full   # a folder of autobyte bench --suite full --out runs/full
 
 The groups start at iteration 2 (after the warm-up), every ``--check`` iterations (``--all-offsets``: at every
 alignment in turn); the controller's real checks restart after each reconfiguration, so this is a sample of checks,

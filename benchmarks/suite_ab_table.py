@@ -1,6 +1,6 @@
 """A real suite run as an A/B table: every method against a reference method of the same rounds and the default.
 
-    python benchmarks/suite_ab_table.py docs/figures/suite_full_stop34 --ref tuner:static-history
+    python benchmarks/suite_ab_table.py runs/full --ref tuner:static-history
 
 DIR is an ``autobyte bench --suite ... --out DIR`` folder. Per scenario (in the suite's order) and method: median
 samples/s (range over repeats), the ratio of medians against ``--ref`` and against ByteScheduler's default

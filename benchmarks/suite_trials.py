@@ -8,7 +8,7 @@ their share of the run's iterations, their speed over those iterations
 against the ByteScheduler-default run of the same round, and the time they
 took beyond it as a share of that run's time
 (:func:`autobyte.bench._suite_report.trial_cost`, the figure the suite's own table
-gives since stop 30). Reads ``rN_METHOD/iterations.jsonl`` and
+gives). Reads ``rN_METHOD/iterations.jsonl`` and
 ``rN_METHOD/decisions.jsonl``; prints a markdown table with medians and the
 spread over repeats.
 """

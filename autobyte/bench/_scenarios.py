@@ -340,11 +340,11 @@ def _suites() -> dict[str, Suite]:
         Scenario("readme-step", "cnn", tuple(Phase(20, c) for c in (fast, Condition(500)) * 5), "tune", 16,
                  "the README's scenario: CNN; two-rate step 2000/500 Mbit/s every 20 iterations (200 iterations)"),
     )
-    # conditions that never change (added in stop 36, held out: written before any run of it): nothing to adapt to, so
+    # conditions that never change (held out: written before any run of it): nothing to adapt to, so
     # a tuner can at best find the best static configuration, paying for its trials, and every change of conditions it
     # reads from noise costs what it sets off (on the H100, single checks 11-14% off their level started regimes
-    # whose trials cost up to 3.4% of a run, docs/benchmarks.md 8.5)
-    # long (added in stop 39, before any run of it): do the tuner's trials pay for themselves when a job runs 2-3x longer
+    # whose trials cost up to 3.4% of a run, docs/benchmarks.md section 4)
+    # long (written before any run of it): do the tuner's trials pay for themselves when a job runs 2-3x longer
     # than the full suite's scenarios? cnn-step twice over (tune), the held-out MLP walk's first 5 phases and 10 more
     # of the same seeded walk (held out, as the walk)
     long = (

@@ -130,7 +130,7 @@ def evaluate_adaptation(
     Each context starts again from the offline weights (one job each). Also
     reports the error on *other* contexts after adapting (forgetting).
     """
-    from ._tuner import Adapter
+    from ._adapter import Adapter
 
     rng = np.random.default_rng(seed)
     x, y = row_inputs(ds)
