@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import multiprocessing.process
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,11 @@ from typing import Callable
 import pytest
 
 from autobyte.bench._suite import ITERATION_FIELDS
+
+# Libraries ask ``uname -p`` once per process (Keras through platform.processor()); asked here, before any test,
+# the answer is cached, and the fast layer's guard below sees only the processes a test itself starts.
+platform.processor()
+
 
 def _fast_layer(config: pytest.Config) -> bool:
     """Whether this run is the fast layer (``-m "not integration"``)."""

@@ -49,6 +49,7 @@ def test_scenarios_are_seeded_varied_and_within_their_ranges(bench):
     assert not (shapes["tune"] | shapes["heldout"]) & zoo
 
 
+@pytest.mark.integration
 def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, capsys):
     # --quick with one of its scenarios (a cheap one) and every kind of method: the meta-network
     # tuner, BO, and static through the controller
@@ -81,6 +82,7 @@ def test_quick_path_runs_and_the_baselines_bound_every_method(bench, tmp_path, c
         assert again["throughput"][k] == thr[k]
 
 
+@pytest.mark.integration
 def test_host_noise_scatters_every_methods_checks_alike(bench, tmp_path):
     import numpy as np
 
@@ -146,6 +148,7 @@ def test_bad_arguments_give_a_one_line_error(bench, capsys, argv, needle):
     assert len(err.strip().splitlines()) == 1 and needle in err and err.startswith("bench_tuner_sim.py: error:"), err
 
 
+@pytest.mark.integration
 def test_trace_prints_the_decisions_the_segments_and_the_figures(load_benchmark, tmp_path, capsys):
     trace = load_benchmark("tuner_sim_trace")
     bench = load_benchmark("bench_tuner_sim")

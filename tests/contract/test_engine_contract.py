@@ -12,7 +12,7 @@ import pytest
 
 from autobyte.testing import engine_contract as ec
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module", params=sorted(ec.HARNESSES))

@@ -15,7 +15,11 @@ from autobyte.testing import tuner_contract as contract
 MIN_DECISIONS = {"static": 0}
 
 
-@pytest.fixture(params=tuner_names())
+#: tuners whose contract runs are whole simulated runs with online adaptation (tens of seconds): the full suite's
+SLOW = {"autobyte"}
+
+
+@pytest.fixture(params=[pytest.param(n, marks=pytest.mark.integration) if n in SLOW else n for n in tuner_names()])
 def name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -13,6 +13,8 @@ import pytest
 from autobyte.meta import Adapter, AutoByteTuner
 from autobyte.meta import _adapt_worker
 
+pytestmark = pytest.mark.integration
+
 
 def _rows(net, n: int = 32, seed: int = 0):
     rng = np.random.default_rng(seed)

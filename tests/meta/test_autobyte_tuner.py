@@ -97,6 +97,7 @@ def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
     assert last < first
 
 
+@pytest.mark.integration
 def test_adaptation_runs_in_background_and_does_not_block(fresh_net):
     net = fresh_net
     ad = Adapter(net, time_budget_s=1.5, max_epochs=10**6)

@@ -14,6 +14,8 @@ from autobyte.meta._history import JobHistory  # noqa: E402
 from autobyte.meta._ledger import Regime  # noqa: E402
 from autobyte.testing import run_ranks  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 SCRIPT = Path(__file__).parent / "scripts" / "history_job.py"
 
 

@@ -7,6 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 FRAMEWORKS = ("keras", "torch", "mxnet", "tensorflow", "jax", "h5py")
 
 SCRIPT = r"""
