@@ -1,4 +1,4 @@
-"""benchmarks/bench_wire.py: a few unshaped iterations end in a summary with every method and its ratios."""
+"""benchmarks/bench_wire.py and wire_convergence.py: a few unshaped iterations end in their summaries."""
 
 from __future__ import annotations
 
@@ -39,3 +39,14 @@ def test_unknown_methods_are_refused():
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_wire.py"), "--methods", "ddp,int8"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert res.returncode != 0 and "--methods must be among" in res.stderr and "'int8'" in res.stderr
+
+
+def test_a_short_convergence_run_finds_the_hooks_curve(tmp_path):
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "wire_convergence.py"), "--steps", "4",
+                          "--methods", "ddp,ddp+bf16,autobyte:bf16", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / "convergence.json").read_text())
+    assert summary["checks"]["bf16"]["curves_identical"] is True and summary["checks"]["bf16"]["autobyte_no_further"]
+    assert set(summary["curves_20_step_means"]) == {"ddp", "ddp+bf16", "autobyte:bf16"}
+    assert (tmp_path / "convergence.png").stat().st_size > 1000

@@ -20,8 +20,6 @@ from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations.torch import schedule  # noqa: E402
 from autobyte.testing import run_ranks  # noqa: E402
 
-pytestmark = pytest.mark.integration
-
 SCRIPT = str(Path(__file__).parent / "scripts" / "torch_wire.py")
 
 
@@ -45,6 +43,7 @@ def gap(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
+@pytest.mark.integration
 def test_16_bits_train_to_the_weights_of_ddp_with_the_same_precision_hook(tmp_path):
     arrays, _ = run(tmp_path, "hooks")
     for a in arrays:
@@ -63,6 +62,7 @@ def test_16_bits_train_to_the_weights_of_ddp_with_the_same_precision_hook(tmp_pa
             np.testing.assert_array_equal(arrays[0][name], arrays[1][name])  # every rank holds the same weights
 
 
+@pytest.mark.integration
 def test_a_wire_change_mid_run_applies_at_its_iteration_and_loses_no_update(tmp_path):
     arrays, info = run(tmp_path, "switch")
     for a, i in zip(arrays, info):
@@ -85,6 +85,7 @@ def test_a_wire_change_mid_run_applies_at_its_iteration_and_loses_no_update(tmp_
         assert gap(params(a, "tuned"), params(a, "tuned_reference")) == 0.0
 
 
+@pytest.mark.integration
 def test_fp16_overflows_where_the_average_does_and_the_update_carries_it(tmp_path):
     arrays, _ = run(tmp_path, "overflow")
     for a in arrays:
