@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 _ROOT = Path(__file__).resolve().parents[2]
 _PATH = _ROOT / "benchmarks" / "bench_gpu.py"
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,7 @@ def test_training_the_meta_network_without_keras_names_the_extra(monkeypatch, tm
         import_keras()
 
 
+@pytest.mark.integration
 def test_top_level_surface_is_lazy_and_complete():
     # `import autobyte` imports no framework; every name in __all__ resolves, the framework ones on first use.
     code = (

@@ -10,6 +10,8 @@ import pytest
 
 from _docsnippets import ROOT, example_lines, in_order, snippet
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("torch")
 
 EXAMPLE = os.path.join(ROOT, "docs", "examples", "keras_ddp.py")

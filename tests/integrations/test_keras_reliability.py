@@ -21,6 +21,8 @@ keras = pytest.importorskip("keras")
 
 from autobyte.testing import run_ranks  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 TIMEOUT_S = 5
 
 #: One rank: rank 1 stops itself (SIGSTOP) at the end of batch 5; rank 0 reports what ended its fit.

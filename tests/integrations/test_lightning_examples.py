@@ -12,6 +12,8 @@ import pytest
 
 from _docsnippets import ROOT, example_lines, in_order, snippet
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("lightning.pytorch")
 
 EXAMPLE = os.path.join(ROOT, "docs", "examples", "lightning_ddp.py")

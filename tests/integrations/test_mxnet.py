@@ -17,6 +17,7 @@ from autobyte.integrations._mxnet_launch import launch_local_ps
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.integration
 def test_missing_mxnet_gives_install_hint() -> None:
     code = (
         "import sys; sys.modules['mxnet'] = None\n"
@@ -54,6 +55,7 @@ def test_launcher_rejects_bad_arguments() -> None:
         launch_local_ps(["x"], timeout_s=0)
 
 
+@pytest.mark.integration
 def test_launcher_times_out_and_kills_workers() -> None:
     pytest.importorskip("mxnet")
     with pytest.raises(TimeoutError, match="did not finish within timeout_s=2"):
@@ -221,6 +223,7 @@ def test_horovod_engine_rejects_a_parameter_server_trainer_and_several_contexts(
         HorovodEngine(two, partition_bytes=1024, credit_bytes=1024)
 
 
+@pytest.mark.integration
 def test_missing_horovod_gives_install_hint() -> None:
     code = (
         "import sys; sys.modules['horovod'] = None; sys.modules['horovod.mxnet'] = None\n"

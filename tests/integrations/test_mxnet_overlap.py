@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.integration
+
 mx = pytest.importorskip("mxnet")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from autobyte.testing import engine_contract as ec  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def test_two_servers_and_two_contexts_reconfigure_without_losing_an_update(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from autobyte.testing import run_ranks  # noqa: E402
 from autobyte.core import KiB  # noqa: E402
 from autobyte.integrations.torch import schedule  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 WORKER = os.path.join(os.path.dirname(__file__), "scripts", "reliability_worker.py")
 TIMEOUT_S = 5
 

@@ -11,6 +11,8 @@ pytest.importorskip("torch")
 
 from autobyte.testing import run_ranks  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 SCRIPT = Path(__file__).parent / "scripts" / "step_job.py"
 
 

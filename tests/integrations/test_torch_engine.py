@@ -36,6 +36,7 @@ def test_other_optimizers_and_modes_match_ddp(tmp_path, optimizer, overlap):
     ec.check_matches_unscheduled(harness, tmp_path)
 
 
+@pytest.mark.integration
 def test_reconfigure_disagreement_is_an_error_on_every_rank(tmp_path):
     res, out = run(tmp_path, "mismatch")
     for r in res:
@@ -45,6 +46,7 @@ def test_reconfigure_disagreement_is_an_error_on_every_rank(tmp_path):
         assert "same arguments on every rank" in o["message"] and "rank 1: partition_bytes=16384" in o["message"], o
 
 
+@pytest.mark.integration
 def test_timeline_records_compute_and_every_message(tmp_path):
     res, out = run(tmp_path, "trace")
     for r in res:

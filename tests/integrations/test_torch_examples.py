@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("torch")
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples", "torch_ddp.py")

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from autobyte.core import KiB, MiB  # noqa: E402
 from autobyte.testing import engine_contract as ec  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ONE_MESSAGE = (1 * MiB, 1 * MiB, 0)  # the whole SmallCNN (~155 KB of gradients) in one fused message
 SPLIT = (4 * KiB, 8 * KiB, 0)  # tensors split into 4 KiB chunks and small ones fused
