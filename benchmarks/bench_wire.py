@@ -39,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_torch_engine import run_on_link  # noqa: E402  (the same 2-rank launch, loopback or testbed)
+from torch_ranks import timed_steps  # noqa: E402  (the same timed loop)
 
 from autobyte.core import MiB  # noqa: E402
 from autobyte.core.space import BYTESCHEDULER_DEFAULT  # noqa: E402
@@ -147,16 +148,7 @@ def rank_main(opts: dict[str, Any]) -> None:
         runners.append((net, opt, finish))
 
     def run(net: Any, opt: Any, finish: Any, n: int) -> float:
-        dist.barrier()
-        t0 = time.perf_counter()
-        for i in range(n):
-            x, y = data[i % len(data)]
-            opt.zero_grad()
-            loss_fn(net(x), y).backward()
-            opt.step()
-        finish()
-        dist.barrier()
-        return time.perf_counter() - t0
+        return timed_steps(net, opt, finish, n, data, loss_fn)
 
     for net, opt, finish in runners:
         run(net, opt, finish, int(opts["warmup"]))

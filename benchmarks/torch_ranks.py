@@ -20,6 +20,23 @@ from typing import Any
 from autobyte.integrations._imports import require_torch
 
 
+def timed_steps(net: Any, opt: Any, finish: Any, n: int, data: Any, loss_fn: Any) -> float:
+    """Seconds ``n`` training steps take on every rank (barriers before and after; ``finish`` completes the last
+    step's communication: the engine's ``synchronize``, or nothing for DDP)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    t0 = time.perf_counter()
+    for i in range(n):
+        x, y = data[i % len(data)]
+        opt.zero_grad()
+        loss_fn(net(x), y).backward()
+        opt.step()
+    finish()
+    dist.barrier()
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> None:
     torch = require_torch()
     import torch.distributed as dist
@@ -50,16 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         runners.append((mode, net, opt, finish))
 
     def run(net: Any, opt: Any, finish: Any, n: int) -> float:
-        dist.barrier()
-        t0 = time.perf_counter()
-        for i in range(n):
-            x, y = data[i % len(data)]
-            opt.zero_grad()
-            loss_fn(net(x), y).backward()
-            opt.step()
-        finish()
-        dist.barrier()
-        return time.perf_counter() - t0
+        return timed_steps(net, opt, finish, n, data, loss_fn)
 
     for _, net, opt, finish in runners:
         run(net, opt, finish, int(opts.get("warmup", 3)))
