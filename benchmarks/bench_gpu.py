@@ -13,7 +13,10 @@ Modes, interleaved round by round inside the same two processes (so drifts
 of the machine hit every mode alike): no communication at all (the bound),
 plain DDP (``bucket_cap_mb=25``), the engine at DDP's operating point
 <25 MiB, unlimited credit>, at ByteScheduler's default <4 MB, 4X> and on a
-small grid. Then ``torch.profiler`` records ``--profile-iters`` iterations
+small grid; with ``--wire bf16`` (or ``fp16``) also DDP with that
+precision's compress hook (``bf16_compress_hook``: what a DDP user adds in one
+line; on NCCL it is the same hook) and the engine at 16 bits at DDP's point
+and at ByteScheduler's default. Then ``torch.profiler`` records ``--profile-iters`` iterations
 of DDP and of the engine's two named points on rank 0 (both ranks train):
 kernel launches, copies, stream synchronisations, optimizer steps and the
 top items by host and device time (every thread, where this torch can). The
@@ -134,6 +137,18 @@ def _profiler(torch: Any, cuda: bool) -> tuple[Any, bool]:
         return torch.profiler.profile(activities=acts), False
 
 
+def _compress_hook(wire: str) -> Any:
+    """DDP's ``fp16_compress_hook`` or ``bf16_compress_hook`` (the latter under another name where DDP refuses it by
+    name: without CUDA and NCCL, as on the CPU fallback)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    if wire == "fp16":
+        return default_hooks.fp16_compress_hook
+    from bench_wire import bf16_hook  # this script's folder is on the path: it runs as a script
+
+    return bf16_hook
+
+
 def worker(opts: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
@@ -170,9 +185,12 @@ def worker(opts: dict[str, Any]) -> None:
         r: dict[str, Any] = {"mode": mode, "opt": opt, "net": model, "finish": lambda: None, "handle": None}
         if mode["kind"] == "ddp":
             r["net"] = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if cuda else None, bucket_cap_mb=25)
+            if mode.get("hook"):
+                r["net"].register_comm_hook(None, _compress_hook(mode["hook"]))
         elif mode["kind"] == "engine":
             credit = UNLIMITED if mode["credit_x"] is None else int(mode["partition_bytes"] * mode["credit_x"])
-            h = schedule(model, opt, partition_bytes=int(mode["partition_bytes"]), credit_bytes=credit, verbose=False)
+            h = schedule(model, opt, partition_bytes=int(mode["partition_bytes"]), credit_bytes=credit, verbose=False,
+                         wire=mode.get("wire", "fp32"))
             r.update(handle=h, finish=h.synchronize)
         runners.append(r)
     n_params = sum(p.numel() for p in runners[0]["net"].parameters())
@@ -241,8 +259,8 @@ def worker(opts: dict[str, Any]) -> None:
 
     write_raw()
     ddp = next(r for r in runners if r["mode"]["kind"] == "ddp")
-    for name in opts["tuners"]:
-        tuned.append(tune_block(name, opts, dev, data, loss_fn, iters, bs * world, ddp, run))
+    for name, n_iters in opts["tuners"]:
+        tuned.append(tune_block(name, n_iters, opts, dev, data, loss_fn, iters, bs * world, ddp, run))
         write_raw()
 
     for r in runners:
@@ -264,9 +282,9 @@ def worker(opts: dict[str, Any]) -> None:
     exit_rank(0)
 
 
-def tune_block(name: str, opts: dict[str, Any], dev: Any, data: list[Any], loss_fn: Any, chunk: int, samples_per_iter: int,
+def tune_block(name: str, n_iters: int, opts: dict[str, Any], dev: Any, data: list[Any], loss_fn: Any, chunk: int, samples_per_iter: int,
                ddp: dict[str, Any], run: Any) -> dict[str, Any]:
-    """``schedule(..., tuner=name)`` from ByteScheduler's default, ``--tune-iters`` iterations in one continuous run.
+    """``schedule(..., tuner=name)`` from ByteScheduler's default, ``n_iters`` iterations in one continuous run.
 
     A tuner times iterations start to start, so it cannot share the
     interleaved rounds (the other modes' time would count in one of its
@@ -286,7 +304,7 @@ def tune_block(name: str, opts: dict[str, Any], dev: Any, data: list[Any], loss_
     h = schedule(model, opt, tuner=name, verbose=False, on_decision=lambda out: windows.append(decision_row(out)),
                  warmup_iters=int(opts.get("tune_warmup", 2)))
     start = h.config.to_dict()
-    n_chunks = max(1, int(opts["tune_iters"]) // chunk)
+    n_chunks = max(1, n_iters // chunk)
     run({"opt": opt, "net": model, "finish": lambda: None}, 0)  # the barrier: both ranks start together
     host0 = dict(h.host_s)
     times: list[float] = []
@@ -349,13 +367,19 @@ def _fmt_bytes(n: int) -> str:
     return f"{n / MiB:g} MiB" if n % MiB == 0 else (f"{n / 1e6:g} MB" if n % 1_000_000 == 0 else f"{n / 1024:g} KiB")
 
 
-def modes_for(grid: list[tuple[int, float]]) -> list[dict[str, Any]]:
+def modes_for(grid: list[tuple[int, float]], wire: str | None = None) -> list[dict[str, Any]]:
+    """The modes of the rounds; plain DDP comes first (every ratio is to it)."""
     modes: list[dict[str, Any]] = [{"name": "no communication (bound)", "kind": "none"},
                                    {"name": "DDP (bucket_cap_mb=25)", "kind": "ddp"}]
     for name, part, credit in (DDP_POINT, BS_DEFAULT):
         modes.append({"name": name, "kind": "engine", "partition_bytes": part, "credit_x": credit, "grid": False})
     for part, x in grid:
         modes.append({"name": f"engine <{_fmt_bytes(part)}, {x:g}X>", "kind": "engine", "partition_bytes": part, "credit_x": x, "grid": True})
+    if wire is not None:
+        modes.append({"name": f"DDP + {wire}_compress_hook", "kind": "ddp", "hook": wire})
+        for name, part, credit in (DDP_POINT, BS_DEFAULT):
+            modes.append({"name": f"{name}, {wire} wire", "kind": "engine", "partition_bytes": part, "credit_x": credit, "grid": False,
+                          "wire": wire})
     return modes
 
 
@@ -368,6 +392,12 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         m["median_ms_per_iter"] = statistics.median(m["seconds"]) * 1e3 / meta["iters"]
         m["ratio_vs_ddp"] = {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round),
                              "per_round": per_round}
+    hooked = next((m for m in modes if m.get("hook")), None)
+    for m in modes:
+        if hooked is not None and m.get("wire") == hooked["hook"]:
+            per_round = [a / b for a, b in zip(m["samples_per_s"], hooked["samples_per_s"])]
+            m["ratio_vs_hook"] = {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round),
+                                  "per_round": per_round}
     grid = [m for m in modes if m.get("grid")]
     best = max(grid, key=lambda m: m["ratio_vs_ddp"]["median"]) if grid else None
     point = next(m for m in modes if m["name"] == DDP_POINT[0])
@@ -437,6 +467,10 @@ def markdown(s: dict[str, Any]) -> str:
         best = " **(best of grid)**" if m["name"] == s["best_grid"] else ""
         lines.append(f"| {m['name']}{best} | {m['median_samples_per_s']:.1f} | {m['median_ms_per_iter']:.1f} | "
                      f"{r['median']:.3f}x ({r['min']:.3f}-{r['max']:.3f}) |")
+    for m in s["modes"]:
+        if "ratio_vs_hook" in m:
+            r = m["ratio_vs_hook"]
+            lines.append(f"\n{m['name']} against DDP + the same precision's hook: {r['median']:.3f}x ({r['min']:.3f}-{r['max']:.3f})")
     o = s["overhead"]
     lines += ["", "Overhead per iteration at DDP's operating point (medians): engine - DDP "
               f"{o['engine_minus_ddp_ms_per_iter']:+.2f} ms; engine - no communication {o['engine_minus_no_communication_ms_per_iter']:+.2f} ms "
@@ -492,12 +526,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default: 5 on CUDA, 3 on CPU)")
     ap.add_argument("--iters", type=int, default=None, help="iterations per mode and round (default: 20 on CUDA, 3 on CPU)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations per mode (default: 5 on CUDA, 1 on CPU)")
+    ap.add_argument("--wire", choices=("bf16", "fp16"), default=None,
+                    help="also DDP + that precision's compress hook and the engine at that precision on the wire")
     ap.add_argument("--grid", default=DEFAULT_GRID, help=f"PARTITION:CREDIT_MULTIPLE,... (default: {DEFAULT_GRID})")
     ap.add_argument("--profile-iters", type=int, default=None, help="profiled iterations per mode, 0: none (default: 5 on CUDA, 2 on CPU)")
     ap.add_argument("--tuners", default="static,autobyte",
                     help="tuners run after the rounds from ByteScheduler's default, comma-separated; 'static' runs the default "
                          "itself continuously, the fair baseline of a tuner (static-16m-2x and others: --import "
-                         "benchmarks/tuner_variants.py); none: no tuner block (default: static,autobyte)")
+                         "benchmarks/tuner_variants.py); NAME:ITERS runs that one ITERS iterations instead of --tune-iters; "
+                         "none: no tuner block (default: static,autobyte)")
     ap.add_argument("--tune-iters", type=int, default=None, help="iterations of each tuner's continuous run (default: 150 on CUDA, 12 on CPU)")
     ap.add_argument("--tune-warmup", type=int, default=2,
                     help="iterations the tuner's controller skips after the start and each reconfiguration (schedule's warmup_iters; 2)")
@@ -546,9 +583,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import_tuners(args.imports)
     tuners = [] if args.tuners.strip() == "none" else [t.strip() for t in args.tuners.split(",") if t.strip()]
+    tune_iters = args.tune_iters or (150 if torch.cuda.is_available() and args.device != "cpu" else 12)
+    runs: list[tuple[str, int]] = []
     for t in tuners:
-        if t not in tuner_names():
-            ap.error(f"--tuners: each name must be one of {', '.join(tuner_names())} (or 'none'), but got {t!r}.")
+        name, _, n = t.partition(":")
+        if name not in tuner_names():
+            ap.error(f"--tuners: each name must be one of {', '.join(tuner_names())} (or 'none'), but got {name!r}.")
+        if n and (not n.isdigit() or int(n) < 1):
+            ap.error(f"--tuners: ITERS in NAME:ITERS must be a positive integer, but got {t!r}.")
+        runs.append((name, int(n) if n else tune_iters))
     has_cuda = torch.cuda.is_available()
     if args.device == "cuda" and not has_cuda:
         ap.error("--device cuda was asked for, but torch.cuda.is_available() is False here; use --device auto or cpu.")
@@ -564,8 +607,8 @@ def main(argv: list[str] | None = None) -> int:
         "profile_iters": d(5, 2) if args.profile_iters is None else args.profile_iters,
         "threads": args.threads,
         "tune_warmup": args.tune_warmup,
-        "tuners": tuners, "imports": [str(Path(i).resolve()) if i.endswith(".py") else i for i in args.imports], "tune_iters": args.tune_iters or d(150, 12),
-        "modes": modes_for(grid),
+        "tuners": runs, "imports": [str(Path(i).resolve()) if i.endswith(".py") else i for i in args.imports], "tune_iters": tune_iters,
+        "modes": modes_for(grid, args.wire),
         "profile_modes": ["DDP (bucket_cap_mb=25)", DDP_POINT[0], BS_DEFAULT[0]],
     }
     out = Path(args.out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_resnet50_has_the_real_structure(bench):
 def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, str(_PATH), "--out", str(tmp_path), "--rounds", "2", "--iters", "2", "--profile-iters", "1",
-           "--grid", "2M:4,512K:2", "--tune-iters", "24"]
+           "--grid", "2M:4,512K:2", "--tune-iters", "24", "--wire", "bf16", "--tuners", "static:6,autobyte"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     s = json.loads((tmp_path / "bench_gpu.json").read_text())
@@ -43,7 +44,14 @@ def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
     assert s["backend"] == "gloo" and s["n_param_tensors"] == 161 and s["width"] == 8
     names = [m["name"] for m in s["modes"]]
     assert names[:4] == ["no communication (bound)", "DDP (bucket_cap_mb=25)", bench_names()[0], bench_names()[1]]
-    assert names[4:] == ["engine <2 MiB, 4X>", "engine <512 KiB, 2X>"] and s["best_grid"] in names[4:]
+    assert names[4:6] == ["engine <2 MiB, 4X>", "engine <512 KiB, 2X>"] and s["best_grid"] in names[4:6]
+    # --wire bf16: DDP with the one-line hook, and the engine at 16 bits, each 16-bit mode against the hook
+    assert names[6:] == ["DDP + bf16_compress_hook", f"{bench_names()[0]}, bf16 wire", f"{bench_names()[1]}, bf16 wire"]
+    hook = s["modes"][6]
+    for m in s["modes"][7:]:
+        assert m["ratio_vs_hook"]["median"] == pytest.approx(
+            statistics.median(a / b for a, b in zip(m["samples_per_s"], hook["samples_per_s"])))
+    assert all("ratio_vs_hook" not in m for m in s["modes"][:7])
     for m in s["modes"]:
         assert len(m["samples_per_s"]) == 2 and all(v > 0 for v in m["samples_per_s"]), m
         r = m["ratio_vs_ddp"]
@@ -63,6 +71,7 @@ def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
     # by default the default configuration itself runs continuously (``static``), then the tuner, from the same start
     static, t = s["tuned"]
     assert static["tuner"] == "static" and not static["reconfigurations"] and static["final"] == static["start"]
+    assert static["iterations"] == 6  # static:6: its own length
     assert t["tuner"] == "autobyte" and t["iterations"] == 24 and len(t["seconds"]) == 12 and t["chunk_iters"] == 2
     assert t["start"] == {"partition_bytes": 4_000_000, "credit_bytes": 16_000_000} and t["ddp_after_samples_per_s"] > 0
     # every iteration's host time, start to start: they add up to the chunks' (the last chunk also waits for the device)
@@ -75,8 +84,9 @@ def test_cpu_fallback_runs_and_writes_json_and_markdown(tmp_path):
     assert t["ratio_vs"][cont]["whole_run"] == pytest.approx(t["whole_run_samples_per_s"] / static["whole_run_samples_per_s"])
     assert t["windows"] and all(w["observed_speed"] is None or w["observed_speed"] > 0 for w in t["windows"]), t["windows"]
     md = (tmp_path / "bench_gpu.md").read_text()
-    assert "## Tuners" in md and "| autobyte | 24 |" in md and "| static | 24 |" in md and f"vs {cont}" in md
+    assert "## Tuners" in md and "| autobyte | 24 |" in md and "| static | 6 |" in md and f"vs {cont}" in md
     assert "**CPU fallback**" in md and "not GPU figures" in md and "| DDP (bucket_cap_mb=25) | " in md
+    assert "bf16 wire against DDP + the same precision's hook: " in md
     assert "load average" in md and proc.stdout.startswith("# bench_gpu")
     # summarized again from its JSON (nothing runs): the same figures
     again = tmp_path / "again"
@@ -117,6 +127,8 @@ def bench_names() -> tuple[str, str]:
     ([], "--out is required"),
     (["--tuners", "autobytes"], "--tuners: each name must be one of autobyte, bo, grid, static (or 'none'), but got 'autobytes'."),
     (["--tune-iters", "0"], "--tune-iters must be a positive integer, but got 0."),
+    (["--tuners", "static:0"], "--tuners: ITERS in NAME:ITERS must be a positive integer, but got 'static:0'."),
+    (["--tuners", "static:x"], "--tuners: ITERS in NAME:ITERS must be a positive integer, but got 'static:x'."),
     (["--resummarize", "/nonexistent/bench_gpu.json"], "--resummarize must name a bench_gpu.json, but '/nonexistent/bench_gpu.json' could not be read"),
 ])
 def test_bad_arguments_are_refused_naming_the_flag(bench, tmp_path, capsys, argv, message):

@@ -23,8 +23,8 @@ from autobyte.testing import run_ranks  # noqa: E402
 SCRIPT = str(Path(__file__).parent / "scripts" / "torch_wire.py")
 
 
-def run(tmp_path, scenario: str) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
-    res = run_ranks([SCRIPT, str(tmp_path), scenario], 2, timeout_s=300)
+def run(tmp_path, scenario: str, device: str = "cpu") -> tuple[list[dict[str, np.ndarray]], list[dict]]:
+    res = run_ranks([SCRIPT, str(tmp_path), scenario, *(["cuda"] if device == "cuda" else [])], 2, timeout_s=300)
     for r in res:
         assert r.returncode == 0, r.stderr[-3000:]
     arrays = []
@@ -44,8 +44,11 @@ def gap(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 
 @pytest.mark.integration
-def test_16_bits_train_to_the_weights_of_ddp_with_the_same_precision_hook(tmp_path):
-    arrays, _ = run(tmp_path, "hooks")
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU; none lent to this run")])])
+def test_16_bits_train_to_the_weights_of_ddp_with_the_same_precision_hook(tmp_path, device):
+    # on cuda: 2 ranks share GPU 0, gloo with CUDA tensors (the casts and divisions on the GPU, the sums in gloo)
+    arrays, _ = run(tmp_path, "hooks", device)
     for a in arrays:
         for wire in ("bf16", "fp16"):
             hook = params(a, f"ddp_{wire}")

@@ -1,6 +1,7 @@
 """One rank of the 16-bit wire jobs of tests/integrations/test_torch_wire.py (2 CPU ranks on gloo).
 
-argv: out folder, scenario:
+argv: out folder, scenario[, device]: ``cuda`` puts the model and batches on GPU 0 (gloo with CUDA
+tensors; the ranks share the GPU) with cuDNN's deterministic kernels.
 
 * ``hooks``: the test CNN trained 12 SGD steps by DDP (fp32), DDP + ``bf16_compress_hook``,
   DDP + ``fp16_compress_hook``, and by the engine at ``wire="bf16"`` and ``"fp16"`` under a split
@@ -30,6 +31,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from autobyte.core import KiB, MiB
 from autobyte.integrations.torch import schedule
 from autobyte.testing import SwitchOnce, exit_rank
+from autobyte.testing import _torch_worker
 from autobyte.testing._torch_worker import batches, make, params, step
 
 STEPS = 12
@@ -147,6 +149,12 @@ def overflow(rank: int, case: str, method: str) -> list[np.ndarray]:
 
 def main() -> None:
     out, scenario = sys.argv[1], sys.argv[2]
+    if sys.argv[3:] == ["cuda"]:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+        _torch_worker.DEVICE = torch.device("cuda", 0)
+        torch.cuda.set_device(_torch_worker.DEVICE)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.set_num_threads(1)
