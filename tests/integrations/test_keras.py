@@ -180,6 +180,7 @@ def test_bad_arguments(kw, exc, match):
         AutoByteCallback(**kw)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["jax", None])
 def test_backend_that_cannot_load_names_the_supported_one(backend):
     # Here jax and tensorflow (Keras's default backend) are not installed: importing Keras on them fails for real.

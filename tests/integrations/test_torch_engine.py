@@ -28,6 +28,7 @@ def run(tmp_path, scenario: str, timeout_s: float = 240.0):
 CONFIGS = ((4 * KiB, 8 * KiB, 0), (25 * MiB, UNLIMITED, 0), (8 * KiB, 32 * KiB, 3))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("optimizer, overlap", [("adamw", True), ("adam", False)], ids=["adamw-overlap", "adam-synchronous"])
 def test_other_optimizers_and_modes_match_ddp(tmp_path, optimizer, overlap):
     # the contract trains SGD with overlap; per-parameter AdamW updates and the synchronous mode too
