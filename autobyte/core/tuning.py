@@ -103,6 +103,10 @@ class Tuner(abc.ABC):
     #: configuration (:class:`~autobyte.core.regime.RegimeDetector` ``noise_z``): a host whose checks scatter
     #: widely does not read its noise as changes of conditions; ``None`` (default): the fixed threshold only
     noise_z: float | None = None
+    #: whether the tuner chooses the wire's precision (:class:`~autobyte.core.wire.WireTuner`); ``False``
+    #: (default): the job holds it and the tuner sees every configuration at ``"fp32"``
+    #: (:class:`~autobyte.core.window.WindowCoordinator` ``wire``)
+    chooses_wire: bool = False
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         """Called once before training; returns the configuration to begin with."""

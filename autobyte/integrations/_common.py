@@ -7,6 +7,7 @@ from typing import Any
 from ..core._checks import check_bool, check_int, check_positive
 from ..core.space import Config, SearchSpace
 from ..core.tuning import Tuner
+from ..core.wire import AutoWire, check_wire_choice
 
 
 class PeerLostError(RuntimeError):
@@ -33,7 +34,9 @@ def check_tuning_args(
             raise ValueError(f"tuner must be one of {tuner_names()}, a Tuner or None, but got tuner={tuner!r}.")
     elif tuner is not None and not isinstance(tuner, Tuner):
         raise TypeError(f"tuner must be a tuner name, an autobyte Tuner or None, but got tuner={tuner!r}.")
-    initial = Config(partition_bytes, credit_bytes, wire)
+    choice = check_wire_choice(wire)
+    # wire="auto": the run starts at fp32 (the preference's exact updates) and the tuner chooses from there
+    initial = Config(partition_bytes, credit_bytes, "fp32" if isinstance(choice, AutoWire) else choice)
     check_int("window_iters", window_iters)
     check_int("warmup_iters", warmup_iters, minimum=0)
     if space is not None and not isinstance(space, SearchSpace):

@@ -33,6 +33,7 @@ from typing import Any, Mapping
 from ..core.space import BYTESCHEDULER_DEFAULT, SearchSpace
 from ..core.tuning import Tuner
 from ..core.window import DecisionRecord, WindowOutcome
+from ..core.wire import AutoWire
 from ._common import CallbackState, check_tuning_args
 from ._imports import require
 
@@ -105,7 +106,9 @@ class AutoByteCallback(CallbackState, _KerasCallback):
         timeout_s: longest wait for a peer process before failing (default 300).
         wire: the gradients' precision on the wire, ``"fp32"`` (default, exact),
             ``"bf16"`` or ``"fp16"`` (the numerics of DDP's compression hooks;
-            docs/torch.md, "16-bit gradients on the wire").
+            docs/torch.md, "16-bit gradients on the wire"); ``"auto"``: fp32
+            unless bf16 is measured at least 5% faster in the current conditions
+            (:class:`autobyte.core.wire.AutoWire` for another preference).
 
     Raises:
         RuntimeError: Keras does not run on the torch backend.
@@ -128,11 +131,12 @@ class AutoByteCallback(CallbackState, _KerasCallback):
         space: SearchSpace | None = None,
         verbose: bool = True,
         timeout_s: float = 300.0,
-        wire: str = "fp32",
+        wire: "str | AutoWire" = "fp32",
     ) -> None:
         _check_backend()
         super().__init__()
         self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s, wire)
+        self.wire = wire
         self._tuner_arg = tuner
         self.tuner: Tuner | None = tuner if isinstance(tuner, Tuner) else None
         self.window_iters = window_iters
@@ -188,7 +192,7 @@ class AutoByteCallback(CallbackState, _KerasCallback):
         _check_model_device(holder, self.placement)
         self.handle = engine.schedule(
             holder, None, overlap=False, iteration_hooks=False,
-            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes, wire=self.initial.wire,
+            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes, wire=self.wire,
             timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
             window_iters=self.window_iters, warmup_iters=self.warmup_iters, on_decision=self._on_decision,
         )

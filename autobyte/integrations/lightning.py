@@ -29,6 +29,7 @@ from typing import Any, Iterator
 from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.tuning import Tuner
 from ..core.window import DecisionRecord, WindowOutcome
+from ..core.wire import AutoWire
 from ..core._checks import check_bool
 from ._common import CallbackState, check_tuning_args
 from ._imports import check_version
@@ -146,7 +147,9 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         timeout_s: longest wait for a peer rank before failing (default 300).
         wire: the gradients' precision on the wire, ``"fp32"`` (default, exact),
             ``"bf16"`` or ``"fp16"`` (the numerics of DDP's compression hooks;
-            docs/torch.md, "16-bit gradients on the wire").
+            docs/torch.md, "16-bit gradients on the wire"); ``"auto"``: fp32
+            unless bf16 is measured at least 5% faster in the current conditions
+            (:class:`autobyte.core.wire.AutoWire` for another preference).
 
     Raises:
         TypeError, ValueError: an invalid argument (at construction).
@@ -170,9 +173,10 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         space: SearchSpace | None = None,
         verbose: bool = True,
         timeout_s: float = 300.0,
-        wire: str = "fp32",
+        wire: "str | AutoWire" = "fp32",
     ) -> None:
         self.initial = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space, verbose, timeout_s, wire)
+        self.wire = wire
         if overlap is not None:
             check_bool("overlap", overlap)
         self._tuner_arg = tuner
@@ -294,7 +298,7 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         self._log_dir = log_dir if trainer.loggers else None
         self.handle = _engine.schedule(
             pl_module, optimizer,
-            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes, wire=self.initial.wire,
+            partition_bytes=self.initial.partition_bytes, credit_bytes=self.initial.credit_bytes, wire=self.wire,
             overlap=self._overlap, timeout_s=self.timeout_s, tuner=self.tuner, space=self.space,
             window_iters=self.window_iters, warmup_iters=self.warmup_iters,
             on_decision=self._on_decision, iteration_hooks=False,

@@ -43,6 +43,7 @@ from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.timeline import Timeline
 from ..core.tuning import Controller, Tuner
 from ..core.window import WindowCoordinator, WindowOutcome
+from ..core.wire import AutoWire, WireTuner, check_wire_choice
 from ._common import check_tuning_args
 from ._imports import require_torch
 from ._torch_failures import CollectiveMismatchError, PeerLostError, _Failures
@@ -144,12 +145,15 @@ class ScheduledTraining(_SetUp, _Window, _Pipeline, _Failures):
         self._fwd_start = 0.0
         if tuner is not None:
             link = 2.0 * (self.world_size - 1) / self.world_size if self.world_size > 1 else 1.0
-            # the job's wire precision is held by the coordinator: the tuner sees fp32 configurations
+            # the wire's precision is the tuner's where it chooses it (wire="auto"), else the job's, held by the
+            # coordinator: the tuner then sees fp32 configurations
+            mine = tuner.chooses_wire
             self.controller = Controller(
-                tuner, space or SearchSpace.default(), replace(config, wire="fp32"), "allreduce", [t.nbytes for t in self.tensors],
-                window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link, world_size=self.world_size,
+                tuner, space or SearchSpace.default(), config if mine else replace(config, wire="fp32"), "allreduce",
+                [t.nbytes for t in self.tensors], window_iters=window_iters, warmup_iters=warmup_iters, link_factor=link,
+                world_size=self.world_size,
             )
-            self.coordinator = WindowCoordinator(self.controller, _ControlCollective(self), wire=config.wire)
+            self.coordinator = WindowCoordinator(self.controller, _ControlCollective(self), wire=None if mine else config.wire)
             if not self.active:  # one process: the tuner's start is the start (agreed at set-up otherwise)
                 self._follow(self.coordinator.start(0, config))
         self.window_iters = window_iters
@@ -353,7 +357,7 @@ def schedule(
     on_decision: Callable[[WindowOutcome], None] | None = None,
     iteration_hooks: bool = True,
     verbose: bool | None = None,
-    wire: str = "fp32",
+    wire: "str | AutoWire" = "fp32",
 ) -> ScheduledTraining:
     """Take over gradient synchronisation of ``model`` with scheduled all-reduce.
 
@@ -397,7 +401,12 @@ def schedule(
             message is divided by the world size, cast to 16 bits, summed in
             16 bits and cast back before the update, the numerics of DDP's
             ``bf16_compress_hook``/``fp16_compress_hook`` (docs/torch.md, "16-bit
-            gradients on the wire"). Sizes count bytes on the wire.
+            gradients on the wire"). Sizes count bytes on the wire. ``"auto"``
+            (or :class:`autobyte.core.wire.AutoWire` for another preference):
+            fp32 unless bf16 is measured at least 5% faster in the current
+            conditions; the tuner (``tuner``, or none: partition and credit
+            stay) runs inside :class:`~autobyte.core.wire.WireTuner`, which
+            measures both precisions in every set of conditions.
 
     Returns:
         A :class:`ScheduledTraining` handle.
@@ -426,6 +435,9 @@ def schedule(
         from ..core.tuners import make_tuner
 
         tuner = make_tuner(tuner)
+    choice = check_wire_choice(wire)
+    if isinstance(choice, AutoWire):
+        tuner = WireTuner(tuner, choice)
     if dist.is_available() and dist.is_initialized():
         problem = device_problem(str(dist.get_backend(process_group)), {p.device.type for p in model.parameters() if p.requires_grad})
         if problem is not None:

@@ -172,7 +172,7 @@ def test_jit_compiled_model_is_refused():
         ({"space": "grid"}, TypeError, r"space must be an autobyte SearchSpace or None, but got space='grid'"),
         ({"verbose": "no"}, TypeError, r"verbose must be True or False, but got verbose='no'"),
         ({"timeout_s": float("nan")}, ValueError, r"timeout_s must be a positive number of seconds, but got timeout_s=nan"),
-        ({"wire": "float16"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', but got wire='float16'\.$"),
+        ({"wire": "float16"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', 'auto' or an AutoWire, but got wire='float16'\.$"),
     ],
 )
 def test_bad_arguments(kw, exc, match):

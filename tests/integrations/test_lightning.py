@@ -168,12 +168,20 @@ def test_world_size_one_just_trains():
         ({"space": [1, 2]}, TypeError, r"space must be an autobyte SearchSpace or None, but got space=\[1, 2\]"),
         ({"verbose": 1}, TypeError, r"verbose must be True or False, but got verbose=1"),
         ({"timeout_s": 0}, ValueError, r"timeout_s must be a positive number of seconds, but got timeout_s=0"),
-        ({"wire": "fp8"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', but got wire='fp8'\.$"),
+        ({"wire": "fp8"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', 'auto' or an AutoWire, but got wire='fp8'\.$"),
     ],
 )
 def test_bad_arguments(kw, exc, match):
     with pytest.raises(exc, match=match):
         AutoByteCallback(**kw)
+
+
+def test_wire_auto_starts_at_fp32_and_is_handed_to_the_engine():
+    from autobyte.core import AutoWire
+
+    cb = AutoByteCallback(wire="auto")
+    assert cb.wire == "auto" and cb.initial.wire == "fp32"
+    assert AutoByteCallback(wire=AutoWire(min_gain=0.1)).wire == AutoWire(min_gain=0.1)
 
 
 def test_gradient_clipping_needs_synchronous_mode(caplog):

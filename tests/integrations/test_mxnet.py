@@ -100,7 +100,8 @@ def _data() -> object:
          r"arrays; .* in the PyTorch engine: autobyte\.integrations\.torch\.schedule\(wire=\.\.\.\)"),
         ({"wire": "fp16", "engine": "horovod"}, ValueError, r"^wire must be 'fp32' with AutoByteHandler, but got wire='fp16': "
          r"the KVStore and Horovod engines send gradients in their own precision"),
-        ({"wire": "int8"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', but got wire='int8'\.$"),
+        ({"wire": "int8"}, ValueError, r"^wire must be one of 'fp32', 'bf16', 'fp16', 'auto' or an AutoWire, but got wire='int8'\.$"),
+        ({"wire": "auto"}, ValueError, r"^wire must be 'fp32' with AutoByteHandler, but got wire='auto': "),
     ],
 )
 def test_handler_rejects_bad_arguments(kwargs: dict, exc: type, match: str) -> None:

@@ -86,6 +86,14 @@ def test_a_wire_change_mid_run_applies_at_its_iteration_and_loses_no_update(tmp_
         assert len(moves) == 1 and moves[0]["new"]["wire"] == "bf16" and moves[0]["old"]["wire"] == "bf16"
         assert all("wire" not in c for c in tuned["tuner_configs"])  # the tuner saw fp32 configurations
         assert gap(params(a, "tuned"), params(a, "tuned_reference")) == 0.0
+        # wire="auto": the tuner measured fp32, then tried bf16 from an agreed iteration (what it chooses after
+        # depends on this host's timing: tests/core/test_wire.py checks the choice); every step at its precision
+        auto = i["auto"]
+        assert auto["wires"][:2] == ["fp32", "fp32"] and "bf16" in auto["wires"], auto
+        assert auto["reasons"][0].startswith("wire trial, for speed: bf16 against fp32"), auto
+        assert gap(params(a, "auto"), params(a, "auto_reference")) == 0.0
+    assert info[0]["auto"]["wires"] == info[1]["auto"]["wires"]  # one schedule of precisions on every rank
+    np.testing.assert_array_equal(arrays[0]["auto_p0"], arrays[1]["auto_p0"])
 
 
 @pytest.mark.integration
@@ -115,7 +123,7 @@ def _model():
                                        (None, TypeError)])
 def test_bad_wire_is_refused_in_one_line(wire, exc):
     m = _model()
-    with pytest.raises(exc, match=r"^wire must be one of 'fp32', 'bf16', 'fp16', but got wire=") as info:
+    with pytest.raises(exc, match=r"^wire must be one of 'fp32', 'bf16', 'fp16', 'auto' or an AutoWire, but got wire=") as info:
         schedule(m, torch.optim.SGD(m.parameters(), lr=0.1), wire=wire)
     assert "\n" not in str(info.value) and repr(wire) in str(info.value)
 

@@ -7,8 +7,9 @@ tensors; the ranks share the GPU) with cuDNN's deterministic kernels.
   DDP + ``fp16_compress_hook``, and by the engine at ``wire="bf16"`` and ``"fp16"`` under a split
   plan (4 KiB partitions, credit 2X) and a fused one (64 MiB, one message), overlap and synchronous.
 * ``switch``: the engine switches fp32 -> bf16 -> fp32 with ``handle.reconfigure(wire=...)`` at
-  agreed iterations (and a tuner run at ``wire="bf16"`` moves partition and credit); beside it, a
-  step-by-step reference that all-reduces each gradient itself at the precision of each step.
+  agreed iterations (and a tuner run at ``wire="bf16"`` moves partition and credit, and a run at
+  ``wire="auto"`` chooses); beside it, a step-by-step reference that all-reduces each gradient
+  itself at the precision of each step.
 * ``overflow``: one linear layer whose gradients reach 1e5: the average overflows fp16 (both
   ranks +1e5), or only one rank's gradient does (rank 0 +1e5, rank 1 -0.9e5), for the engine and
   DDP's hooks.
@@ -28,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from autobyte.core import KiB, MiB
+from autobyte.core import AutoWire, KiB, MiB
 from autobyte.integrations.torch import schedule
 from autobyte.testing import SwitchOnce, exit_rank
 from autobyte.testing import _torch_worker
@@ -124,6 +125,23 @@ def tuned(data: list) -> tuple[list[np.ndarray], dict[str, Any]]:
     return out, info
 
 
+def auto(data: list) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """wire="auto" (one window per precision): the tuner tries bf16 against fp32 and chooses, at agreed iterations."""
+    m, o = make("sgd")
+    h = schedule(m, o, partition_bytes=4 * KiB, credit_bytes=8 * KiB, wire=AutoWire(windows=1), window_iters=2,
+                 warmup_iters=0, verbose=False)
+    for x, y in data:
+        step(m, o, x, y)
+    h.synchronize()
+    wires = ["fp32"] * len(data)
+    for it, cfg, _ in h.scheduler.history:
+        wires[it:] = [cfg.wire] * (len(data) - it)
+    info = {"wires": wires, "reasons": [r.reason for r in h.reconfigurations]}
+    out = params(m)
+    h.close()
+    return out, info
+
+
 def overflow(rank: int, case: str, method: str) -> list[np.ndarray]:
     torch.manual_seed(0)
     lin = torch.nn.Linear(4, 1, bias=False)
@@ -186,6 +204,9 @@ def main() -> None:
         ps, info["tuned"] = tuned(data)
         keep("tuned", ps)
         keep("tuned_reference", reference(data, ["bf16"] * STEPS))
+        ps, info["auto"] = auto(data)
+        keep("auto", ps)
+        keep("auto_reference", reference(data, info["auto"]["wires"]))
     elif scenario == "overflow":
         for case in ("average", "one_rank"):
             for method in ("ddp", "fp16", "bf16", "fp32"):

@@ -1,0 +1,222 @@
+"""The wire's precision chosen by measurement: ``wire="auto"``.
+
+A user who wants exact fp32 updates except where the network makes them
+expensive states one preference, :class:`AutoWire` ``min_gain`` (5%): run
+fp32 unless 16 bits are *measured* at least that much faster in the current
+conditions. :class:`WireTuner` holds it around any tuner of partition and
+credit (the inner tuner):
+
+* in every set of conditions (from the start, and after every change of
+  conditions the controller reports: ``Observation.regime_changed``) it
+  measures the configuration in force at both precisions, ``windows``
+  windows each, the precision in force first;
+* it keeps 16 bits where they measured ``>= 1 + min_gain`` times fp32's
+  speed, fp32 otherwise; the decision line names the objective that moved it
+  (speed, or exactness);
+* between comparisons the inner tuner moves partition and credit as it
+  always does: it sees every configuration at ``"fp32"`` (its space and
+  records are those of the precision-less problem) and a change of the
+  precision as a change of conditions, which for partition and credit it is
+  (half the bytes on the link).
+
+The controller, the do-no-harm guard and the window protocol see the
+configurations with their precision (a bf16 configuration is another
+configuration), so nothing else changes. ``core`` imports no framework: the
+engines cast (``autobyte.integrations.torch``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .space import WIRES, Config, SearchSpace
+from .tuning import Decision, Observation, StaticTuner, Tuner
+
+_log = logging.getLogger("autobyte.wire")
+
+#: the 16-bit precisions a preference may name
+LOW_WIRES = tuple(w for w in WIRES if w != "fp32")
+
+
+@dataclass(frozen=True)
+class AutoWire:
+    """The preference behind ``wire="auto"``: fp32 unless 16 bits are measured ``min_gain`` faster.
+
+    Args:
+        low: the 16-bit precision to try, ``"bf16"`` (default: fp32's range,
+            no overflow) or ``"fp16"``.
+        min_gain: the measured gain of 16 bits over fp32 in the current
+            conditions that is worth giving up exact fp32 updates (0.05: 5%).
+        windows: windows measured at each precision before choosing (2).
+
+    Raises:
+        TypeError, ValueError: a bad argument, named with its rule and value.
+    """
+
+    low: str = "bf16"
+    min_gain: float = 0.05
+    windows: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.low, str) or self.low not in LOW_WIRES:
+            raise ValueError(f"low must be one of {LOW_WIRES}, but got low={self.low!r}.")
+        g = self.min_gain
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or not 0 <= g < 1:
+            raise ValueError(f"min_gain must be a number in [0, 1) (0.05: 16 bits must run 5% faster), but got min_gain={g!r}.")
+        w = self.windows
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise ValueError(f"windows must be a positive integer, but got windows={w!r}.")
+
+
+def check_wire_choice(wire: object) -> str | AutoWire:
+    """A user's ``wire`` argument: a precision of :data:`~autobyte.core.space.WIRES`, ``"auto"`` or an :class:`AutoWire`.
+
+    Returns the precision, or the :class:`AutoWire` preference (``"auto"``: the defaults).
+
+    Raises:
+        TypeError, ValueError: anything else, named with the rule and the value.
+    """
+    if isinstance(wire, AutoWire):
+        return wire
+    if wire == "auto":
+        return AutoWire()
+    if not isinstance(wire, str):
+        raise TypeError(f"wire must be one of 'fp32', 'bf16', 'fp16', 'auto' or an AutoWire, but got wire={wire!r}.")
+    if wire not in WIRES:
+        raise ValueError(f"wire must be one of 'fp32', 'bf16', 'fp16', 'auto' or an AutoWire, but got wire={wire!r}.")
+    return wire
+
+
+def _fp32(config: Config) -> Config:
+    return config if config.wire == "fp32" else replace(config, wire="fp32")
+
+
+class WireTuner(Tuner):
+    """An inner tuner of partition and credit, and the wire's precision chosen by measurement (module docstring).
+
+    Args:
+        inner: the tuner of partition and credit (default: none, they stay).
+        preference: the :class:`AutoWire` preference (default: ``AutoWire()``).
+
+    Example:
+        >>> WireTuner(make_tuner("autobyte"), AutoWire(min_gain=0.10))  # doctest: +SKIP
+    """
+
+    name = "wire"
+    chooses_wire = True
+
+    def __init__(self, inner: Tuner | None = None, preference: AutoWire | None = None) -> None:
+        if inner is not None and not isinstance(inner, Tuner):
+            raise TypeError(f"inner must be an autobyte Tuner or None, but got inner={inner!r}.")
+        if preference is not None and not isinstance(preference, AutoWire):
+            raise TypeError(f"preference must be an AutoWire or None, but got preference={preference!r}.")
+        self.inner = inner if inner is not None else StaticTuner()
+        self.preference = preference if preference is not None else AutoWire()
+        self.name = f"{self.inner.name}+wire"
+        # the controller reads these from its tuner: the inner tuner's
+        self.guarded = self.inner.guarded
+        self.rate_rise = self.inner.rate_rise
+        self.step_change = self.inner.step_change
+        self.noise_z = self.inner.noise_z
+        #: speeds per precision measured at :attr:`_at` in the current conditions (empty: none yet)
+        self._speeds: dict[str, list[float]] = {}
+        #: partition and credit of the comparison under way (``None``: the one in force when it starts)
+        self._at: Config | None = None
+        #: the precision chosen in the current conditions (``None``: the comparison is under way)
+        self.chosen: str | None = None
+        #: the precision of the last observation the inner tuner saw (a change reaches it as changed conditions)
+        self._inner_wire = "fp32"
+        #: every choice made: iteration, precision, 16 bits' measured gain over fp32, the reason
+        self.choices: list[dict[str, Any]] = []
+
+    def start(self, space: SearchSpace, initial: Config) -> Config:
+        super().start(space, initial)
+        first = self.inner.start(space, _fp32(initial))
+        self._speeds, self._at, self.chosen, self._inner_wire = {}, None, None, initial.wire
+        return replace(first, wire=initial.wire)
+
+    # ------------------------------------------------------------ the comparison
+    def _compare(self, obs: Observation) -> Decision | None:
+        """Measure both precisions at the configuration in force; the decision once both have their windows."""
+        pref, here = self.preference, obs.config.wire
+        at = _fp32(obs.config)
+        if self._at != at:  # the comparison runs at one partition and credit
+            self._at, self._speeds = at, {}
+        if not obs.mixed and obs.window_share >= 0.5 and math.isfinite(obs.speed) and obs.speed > 0:
+            self._speeds.setdefault(here, []).append(obs.speed)
+        other = pref.low if here == "fp32" else "fp32"
+        if len(self._speeds.get(here, [])) < pref.windows:
+            return None
+        if len(self._speeds.get(other, [])) < pref.windows:
+            measured = statistics.median(self._speeds[here])
+            goal = "exactness" if other == "fp32" else "speed"
+            return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
+                                                      "samples/s in these conditions)")
+        fast, slow = statistics.median(self._speeds[pref.low]), statistics.median(self._speeds["fp32"])
+        gain = fast / slow
+        if gain >= 1 + pref.min_gain:
+            self.chosen = pref.low
+            why = (f"wire {pref.low}, for speed: measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
+                   f"{slow:.1f} samples/s, {pref.windows} windows each), at least 1 + min_gain = {1 + pref.min_gain:g}")
+        else:
+            self.chosen = "fp32"
+            why = (f"wire fp32, for exactness: {pref.low} measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
+                   f"{slow:.1f} samples/s, {pref.windows} windows each), below 1 + min_gain = {1 + pref.min_gain:g}")
+        self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why})
+        if self.chosen == here:
+            _log.info("autobyte: iteration %d: %s", obs.iteration, why)
+            return None
+        return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
+
+    # ------------------------------------------------------------ the inner tuner
+    def _inward(self, obs: Observation) -> Observation:
+        """``obs`` as the inner tuner sees it: at fp32, a change of precision as a change of conditions."""
+        changed = obs.regime_changed or obs.config.wire != self._inner_wire
+        self._inner_wire = obs.config.wire
+        return replace(obs, config=_fp32(obs.config), regime_changed=changed)
+
+    def _outward(self, d: Decision | None, wire: str) -> Decision | None:
+        if d is None:
+            return None
+        return Decision(replace(d.config, wire=wire), f"partition and credit, for speed: {d.reason}", d.predicted_speed)
+
+    def observe(self, obs: Observation) -> Decision | None:
+        if obs.regime_changed:  # new conditions: what either precision measured belongs to the old ones
+            self._speeds, self._at, self.chosen = {}, None, None
+        if self.chosen is not None and obs.config.wire != self.chosen:
+            # the configuration in force is not the one chosen (the do-no-harm guard sent the run back): measure again
+            self._speeds, self._at, self.chosen = {}, None, None
+        inner = self._inward(obs)
+        if self.chosen is None:
+            # the inner tuner keeps its records; its decision waits for the comparison (as under a guard's hold)
+            self.inner.observe(inner)
+            return self._compare(obs)
+        return self._outward(self.inner.observe(inner), self.chosen)
+
+    def check(self, obs: Observation) -> Decision | None:
+        if self.chosen is None or obs.regime_changed or obs.config.wire != self.chosen:
+            return None  # the comparison measures whole windows
+        d = self.inner.check(replace(obs, config=_fp32(obs.config)))
+        return self._outward(d, self.chosen)
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"inner": self.inner.state_dict(), "speeds": {k: list(v) for k, v in self._speeds.items()},
+                "at": None if self._at is None else self._at.to_dict(), "chosen": self.chosen, "inner_wire": self._inner_wire,
+                "choices": list(self.choices)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state.get("inner", {}))
+        self._speeds = {str(k): [float(x) for x in v] for k, v in state.get("speeds", {}).items() if k in WIRES}
+        at = state.get("at")
+        self._at = None if at is None else Config.from_dict(at)
+        chosen = state.get("chosen")
+        self.chosen = chosen if chosen in WIRES else None
+        w = state.get("inner_wire")
+        self._inner_wire = w if isinstance(w, str) and w in WIRES else "fp32"
+        self.choices = list(state.get("choices", []))
+

@@ -1,0 +1,186 @@
+"""wire="auto": :class:`autobyte.core.wire.WireTuner` measures both precisions in every set of conditions and keeps
+16 bits only where they measured ``min_gain`` faster; the inner tuner moves partition and credit at fp32."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from autobyte.core import MiB
+from autobyte.core.space import Config
+from autobyte.core.tuners import GridTuner
+from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
+from autobyte.core.wire import AutoWire, WireTuner, check_wire_choice
+from autobyte.testing import tuner_contract as tc
+
+START = Config(4 * MiB, 16 * MiB)
+FEATURES = tc.window(tc.START, 0).features
+
+
+def obs(config: Config, speed: float, it: int, **kw) -> Observation:
+    return Observation(it, config, speed, FEATURES, **kw)
+
+
+def speed(config: Config, link_bound: bool) -> float:
+    """fp32 runs 100 samples/s; 16 bits 1.6x that where the link is the bottleneck, 0.98x where compute is."""
+    if config.wire == "fp32":
+        return 100.0
+    return 160.0 if link_bound else 98.0
+
+
+def run(tuner: Tuner, phases: list[tuple[bool, int]], start: Config = START) -> tuple[list[Config], list[Decision]]:
+    """Windows of each phase (link_bound, n_windows) in turn, following every decision; the config of every window."""
+    current = tuner.start(tc.SPACE, start)
+    configs, decisions, it = [], [], 0
+    for link_bound, n in phases:
+        for k in range(n):
+            it += 10
+            configs.append(current)
+            d = tuner.observe(obs(current, speed(current, link_bound), it, regime_changed=k == 0 and it > 10))
+            if d is not None:
+                decisions.append(d)
+                current = d.config
+    return configs, decisions
+
+
+def test_link_bound_chooses_16_bits_and_compute_bound_goes_back_to_fp32():
+    t = WireTuner()
+    configs, decisions = run(t, [(True, 8), (False, 8), (True, 8)])
+    wires = [c.wire for c in configs]
+    # link-bound: two windows at fp32, two at bf16, then bf16 kept
+    assert wires[:8] == ["fp32", "fp32", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16"]
+    # compute-bound: two more at bf16, two at fp32 (98 < 100 * 1.05), then fp32 kept
+    assert wires[8:16] == ["bf16", "bf16", "fp32", "fp32", "fp32", "fp32", "fp32", "fp32"]
+    assert wires[16:20] == ["fp32", "fp32", "bf16", "bf16"] and wires[20:] == ["bf16"] * 4
+    assert [c["wire"] for c in t.choices] == ["bf16", "fp32", "bf16"]
+    assert t.choices[0]["gain"] == pytest.approx(1.6) and t.choices[1]["gain"] == pytest.approx(0.98)
+    # every decision line names the objective that moved it
+    assert decisions[0].reason.startswith("wire trial, for speed: bf16 against fp32 (measured 100.0 samples/s")
+    assert decisions[1].reason.startswith("wire trial, for exactness: fp32 against bf16 (measured 98.0 samples/s")
+    assert t.choices[0]["reason"].startswith("wire bf16, for speed: measured 1.600x fp32")
+    assert "for exactness: bf16 measured 0.980x fp32" in t.choices[1]["reason"] and "1 + min_gain = 1.05" in t.choices[1]["reason"]
+    assert all(c.partition_bytes == START.partition_bytes and c.credit_bytes == START.credit_bytes for c in configs)
+    # a choice of the precision in force moves nothing: it is logged and kept in ``choices``
+    assert len(decisions) == 3
+
+
+@pytest.mark.parametrize("min_gain, chosen", [(0.05, "fp32"), (0.03, "bf16")])
+def test_min_gain_is_the_users_preference(min_gain, chosen):
+    t = WireTuner(preference=AutoWire(min_gain=min_gain))
+    current = t.start(tc.SPACE, START)
+    for it in range(1, 8):
+        d = t.observe(obs(current, 104.0 if current.wire == "bf16" else 100.0, it * 10))
+        current = d.config if d is not None else current
+    assert t.chosen == chosen and current.wire == chosen
+
+
+def test_windows_per_precision_and_fp16():
+    t = WireTuner(preference=AutoWire(low="fp16", windows=3))
+    configs, _ = run(t, [(True, 8)])
+    assert [c.wire for c in configs] == ["fp32"] * 3 + ["fp16"] * 5 and t.chosen == "fp16"
+
+
+def test_mixed_checks_and_short_windows_are_no_measurement():
+    t = WireTuner()
+    current = t.start(tc.SPACE, START)
+    assert t.observe(obs(current, 100.0, 10, mixed=True, regime_changed=True)) is None
+    assert t.observe(obs(current, 100.0, 20, window_share=0.2)) is None
+    assert t.observe(obs(current, 100.0, 30)) is None
+    d = t.observe(obs(current, 100.0, 40))
+    assert d is not None and d.config.wire == "bf16"
+
+
+def test_a_guard_sending_the_run_back_to_fp32_starts_a_new_comparison():
+    t = WireTuner()
+    run(t, [(True, 6)])
+    assert t.chosen == "bf16"
+    # the do-no-harm guard (or a user) put fp32 back: what was chosen no longer holds; measure again
+    assert t.observe(obs(START, 100.0, 100)) is None and t.chosen is None
+
+
+class Recorder(Tuner):
+    """Moves to <1 MiB, 2X> at its third window; records what it was shown."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[Observation] = []
+
+    def observe(self, o: Observation) -> Decision | None:
+        self.seen.append(o)
+        return Decision(Config(MiB, 2 * MiB), "scripted move") if len(self.seen) == 7 else None
+
+
+def test_the_inner_tuner_sees_fp32_and_a_change_of_precision_as_changed_conditions():
+    inner = Recorder()
+    t = WireTuner(inner)
+    configs, decisions = run(t, [(True, 10)])
+    assert all(o.config.wire == "fp32" for o in inner.seen)
+    changed = [o.regime_changed for o in inner.seen]
+    assert changed[:4] == [False, False, True, False]  # the third window is the first at bf16
+    # its decision waits for the comparison, then applies at the chosen precision, said to be for speed
+    move = decisions[-1]
+    assert move.config == Config(MiB, 2 * MiB, "bf16") and move.reason == "partition and credit, for speed: scripted move"
+    assert configs[-1] == Config(MiB, 2 * MiB, "bf16")
+
+
+def test_checks_wait_during_the_comparison_and_reach_the_inner_tuner_after():
+    class Ends(Recorder):
+        def check(self, o: Observation) -> Decision | None:
+            return Decision(Config(MiB, MiB), "ended early")
+
+    t = WireTuner(Ends())
+    current = t.start(tc.SPACE, START)
+    assert t.check(obs(current, 100.0, 5, window_share=0.5)) is None
+    run(t, [(True, 6)])
+    d = t.check(obs(replace(START, wire="bf16"), 160.0, 75, window_share=0.5))
+    assert d is not None and d.config == Config(MiB, MiB, "bf16") and d.reason.endswith("ended early")
+
+
+def test_state_round_trip_mid_comparison():
+    a, b = WireTuner(GridTuner(tc.SPACE)), WireTuner(GridTuner(tc.SPACE))
+    ca = a.start(tc.SPACE, START)
+    b.start(tc.SPACE, START)
+    a.observe(obs(ca, 100.0, 10))
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    for k in range(2, 8):
+        da, db = a.observe(obs(ca, 120.0, k * 10)), b.observe(obs(ca, 120.0, k * 10))
+        assert da == db
+        ca = da.config if da is not None else ca
+
+
+def test_the_contract_holds_around_static_and_grid():
+    tc.check_tuner(lambda: WireTuner(StaticTuner()), inside_space=False)
+    tc.check_tuner(lambda: WireTuner(GridTuner(tc.SPACE)), inside_space=False, min_decisions=2)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"low": "fp32"}, ValueError, r"low must be one of \('bf16', 'fp16'\), but got low='fp32'"),
+    ({"min_gain": 1.5}, ValueError, r"min_gain must be a number in \[0, 1\).*min_gain=1.5"),
+    ({"min_gain": True}, ValueError, "min_gain=True"),
+    ({"windows": 0}, ValueError, "windows must be a positive integer, but got windows=0"),
+])
+def test_bad_preferences_are_refused_in_one_line(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        AutoWire(**kw)
+
+
+def test_the_wire_argument():
+    assert check_wire_choice("auto") == AutoWire() and check_wire_choice("bf16") == "bf16"
+    assert check_wire_choice(AutoWire(min_gain=0.1)).min_gain == 0.1
+    with pytest.raises(ValueError, match=r"^wire must be one of 'fp32', 'bf16', 'fp16', 'auto' or an AutoWire, but got wire='int8'\.$"):
+        check_wire_choice("int8")
+    with pytest.raises(TypeError, match="but got wire=16"):
+        check_wire_choice(16)
+    with pytest.raises(TypeError, match="inner must be an autobyte Tuner or None"):
+        WireTuner("autobyte")  # type: ignore[arg-type]
+
+
+def test_it_chooses_the_wire_and_forwards_the_inner_tuners_detector_settings():
+    inner = StaticTuner()
+    inner.noise_z = 3.0
+    t = WireTuner(inner)
+    assert t.chooses_wire and not StaticTuner.chooses_wire and t.noise_z == 3.0 and t.guarded is False
+    assert t.name == "static+wire"
