@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from importlib import resources
 from typing import Any, Sequence
 
@@ -228,8 +229,64 @@ def profile_from_windows(windows: Sequence[WindowStats], tensor_bytes: Sequence[
     return ModelProfile(name, tb[keep], fwd[keep], bwd[keep], batch, device="measured")
 
 
+#: fp32 elements of the message :func:`cast_rate_here` casts (16 MiB, as ``benchmarks/cast_rate.py``).
+CAST_NUMEL = 4 << 20
+
+
+def measure_cast(torch: Any, numel: int = CAST_NUMEL, reps: int = 30, dtype: Any = None, world_size: int = 2) -> dict[str, float]:
+    """Time the two passes of a 16-bit message as the torch engine and DDP's compression hooks run them.
+
+    To 16 bits: copy ``numel`` fp32 gradients into a 16-bit buffer and divide it
+    by ``world_size`` there; back: copy the buffer into the fp32 gradients.
+    Medians over ``reps`` after 3 warm-up runs, with torch's current threads.
+
+    Returns:
+        ``to16_s``, ``back_s`` (seconds), ``to16_Bps``, ``back_Bps`` and
+        ``cast_Bps = 2 * fp32_bytes / (to16_s + back_s)``: fp32 bytes per second of
+        one pass, the simulator's :attr:`~autobyte.sim.Cluster.cast_Bps`.
+    """
+    g = torch.randn(numel)
+    buf = torch.empty(numel, dtype=torch.bfloat16 if dtype is None else dtype)
+
+    def to16() -> None:
+        buf.copy_(g)
+        buf.div_(world_size)
+
+    def back() -> None:
+        g.copy_(buf)
+
+    def median_s(fn: Any) -> float:
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts))
+
+    t_to, t_back = median_s(to16), median_s(back)
+    nbytes = 4.0 * numel
+    return {"to16_s": t_to, "back_s": t_back, "to16_Bps": nbytes / t_to, "back_Bps": nbytes / t_back,
+            "cast_Bps": 2 * nbytes / (t_to + t_back)}
+
+
+def cast_rate_here() -> tuple[float, str]:
+    """(``cast_Bps`` of bf16 measured on this machine, where it comes from), for a module profiled here."""
+    import torch
+
+    r = measure_cast(torch, reps=5)
+    return r["cast_Bps"], (f"{r['cast_Bps'] / 1e9:.3g} GB/s, measured on this machine (torch, "
+                           f"{torch.get_num_threads()} threads, bf16)")
+
+
 def load_calibration(calibration: str | dict[str, Any] | None) -> dict[str, Any] | None:
     """The link model's parameters: from a shipped calibration's name, a ``calib_params.json`` path, or its ``"params"`` dict.
+
+    A file's ``"cast"`` block (``{"cast_Bps": ...}``, measured by
+    ``benchmarks/cast_rate.py``) joins its parameters as ``cast_Bps`` unless
+    they hold one; files without it (all that ``benchmarks/calibrate.py``
+    writes) load as before.
 
     Raises:
         ValueError: an unreadable file, or a value that is not a finite non-negative number.
@@ -247,6 +304,9 @@ def load_calibration(calibration: str | dict[str, Any] | None) -> dict[str, Any]
             raise ValueError(f"calibration must be {' or '.join(map(repr, CALIBRATIONS))} or a readable calib_params.json, "
                              f"but got calibration={calibration!r} ({exc}).") from None
         calibration = data.get("params", data) if isinstance(data, dict) else data
+        cast = data.get("cast") if isinstance(data, dict) else None
+        if isinstance(calibration, dict) and isinstance(cast, dict) and "cast_Bps" in cast and "cast_Bps" not in calibration:
+            calibration = {**calibration, "cast_Bps": cast["cast_Bps"]}
     if not isinstance(calibration, dict) or not calibration:
         raise ValueError(f"calibration must be a calib_params.json path or its 'params' dict, but got calibration={calibration!r}.")
     for k, v in calibration.items():

@@ -47,6 +47,15 @@ DEFAULT_CONTENTION = 0.02
 #: default is 1,000,000 elements (4,000,000 bytes in FP32).
 DEFAULT_PS_BIGARRAY_BYTES = 4_000_000
 
+#: Default rate at which a worker casts gradients between fp32 and 16 bits, in
+#: bytes of fp32 gradient per second of one pass (a 16-bit message pays one pass
+#: before it is sent, cast + divide, and one after it arrives, cast back):
+#: 315 GB/s, the V100 roofline of the simulator's zoo (900 GB/s x 0.70 of
+#: memory bandwidth; the two passes move 10 + 6 bytes per element). The
+#: testbed's CPU, one thread: ``cast_Bps`` in ``autobyte/sim/data/calibration.json``,
+#: measured by ``benchmarks/cast_rate.py`` (docs/simulator.md).
+DEFAULT_CAST_BPS = 315e9
+
 #: Default compute jitter: log-normal sigma of per-iteration, per-worker compute speed.
 DEFAULT_JITTER = 0.02
 
@@ -96,6 +105,9 @@ class Cluster:
             (see :data:`DEFAULT_PS_BIGARRAY_BYTES`); ``inf`` = never.
         contention: goodput loss per extra concurrent transfer (see
             :data:`DEFAULT_CONTENTION`).
+        cast_Bps: rate of one cast between fp32 and 16 bits, bytes of fp32
+            gradient per second (see :data:`DEFAULT_CAST_BPS`); used only by
+            configurations with a 16-bit ``wire`` and DDP's compression hooks.
 
     Raises:
         ValueError: unknown ``arch``, ``n_workers < 1``, zero / negative / NaN
@@ -118,6 +130,7 @@ class Cluster:
     ps_aggregate_Bps: float = DEFAULT_PS_AGGREGATE_BPS
     contention: float = DEFAULT_CONTENTION
     ps_bigarray_bytes: float = DEFAULT_PS_BIGARRAY_BYTES
+    cast_Bps: float = DEFAULT_CAST_BPS
 
     def __post_init__(self) -> None:
         n = self.n_workers
@@ -131,7 +144,7 @@ class Cluster:
         object.__setattr__(self, "compute_scale", _per_worker("compute_scale", self.compute_scale, n, allow_zero=True))
         for nm in ("latency_s", "per_message_s", "jitter", "contention"):
             object.__setattr__(self, nm, _nonneg(nm, getattr(self, nm)))
-        for nm in ("update_Bps", "ps_aggregate_Bps", "ps_bigarray_bytes"):
+        for nm in ("update_Bps", "ps_aggregate_Bps", "ps_bigarray_bytes", "cast_Bps"):
             v = getattr(self, nm)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or math.isnan(v) or v <= 0:
                 raise ValueError(f"{nm} must be a positive number (inf allowed), but got {nm}={v!r}.")

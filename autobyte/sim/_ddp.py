@@ -23,6 +23,16 @@ torch 2.13 here; checked against the real Reducer in ``tests/sim/test_ddp.py``):
   reduced; then the optimizer step runs over all parameters, then the next
   forward, which waits for nothing.
 
+* **Compression hooks** (``hook="bf16"`` / ``"fp16"``:
+  ``register_comm_hook(None, bf16_compress_hook)``, ``fp16_compress_hook``,
+  ``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``): a bucket
+  travels in 16 bits (half its bytes). The hook casts it (``buffer.to(dtype)
+  .div_(world_size)``) when the Reducer calls it, from the autograd hook of
+  the bucket's last gradient: on the backward's thread (CPU) or stream (GPU),
+  so the cast delays the rest of the backward. The cast back runs in the
+  all-reduce future's ``then`` callback, serial over buckets, before
+  ``backward()`` returns. Both at ``cluster.cast_Bps``.
+
 Compute, jitter, link, latency and per-message cost are the simulator's
 (:class:`~autobyte.sim.Cluster`, same meaning and calibration as for the
 scheduled engine); the message transfers reuse the engine's exact
@@ -39,13 +49,15 @@ import numpy as np
 
 from ..core.scheduler import Message, Segment
 from ._cluster import Cluster
-from ._engine import _comm, _Plan
+from ._engine import _comm, _Plan, cast_s
 from ._models import ModelProfile
 
 #: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``.
 FIRST_BUCKET_BYTES = 1 << 20
 #: DDP's default ``bucket_cap_mb``.
 DEFAULT_BUCKET_CAP_MB = 25.0
+#: DDP's compression hooks by the precision they send: ``hook=`` of :func:`simulate_ddp`.
+HOOKS: dict[str, str] = {"bf16": "bf16_compress_hook", "fp16": "fp16_compress_hook"}
 _MB = 1 << 20
 
 
@@ -140,6 +152,7 @@ class DDPResult:
         compute_s: mean compute per iteration with no communication
             (forward + backward + optimizer step): the compute-only bound.
         step_s: optimizer step per iteration (before compute scale and jitter).
+        hook: the compression hook simulated (``"bf16"``, ``"fp16"``) or ``None``.
     """
 
     model: ModelProfile
@@ -152,6 +165,7 @@ class DDPResult:
     samples_per_s: float
     compute_s: float
     step_s: float
+    hook: str | None = None
 
     @property
     def n_buckets(self) -> int:
@@ -178,6 +192,7 @@ def simulate_ddp(
     n_iters: int = 5,
     warmup_iters: int = 1,
     seed: int = 0,
+    hook: str | None = None,
 ) -> DDPResult:
     """Simulate ``n_iters`` iterations of ``DistributedDataParallel(model, bucket_cap_mb=...)``.
 
@@ -192,13 +207,17 @@ def simulate_ddp(
         step_s: optimizer step per iteration in seconds (scaled by
             ``cluster.compute_scale`` and jitter); default :func:`default_step_s`.
         n_iters, warmup_iters, seed: iterations reported, dropped first, jitter seed.
+        hook: ``None`` (default: fp32 buckets), ``"bf16"`` for
+            ``bf16_compress_hook`` or ``"fp16"`` for ``fp16_compress_hook``
+            (half the bytes on the wire, casts at ``cluster.cast_Bps``; see
+            the module's docstring).
 
     Returns:
         :class:`DDPResult`.
 
     Raises:
         TypeError: ``model`` or ``cluster`` of the wrong type.
-        ValueError: a parameter-server cluster, bad sizes or counts.
+        ValueError: a parameter-server cluster, bad sizes or counts, an unknown ``hook``.
     """
     if not isinstance(model, ModelProfile):
         raise TypeError(f"model must be a ModelProfile (see autobyte.sim.get_model), but got model={model!r}.")
@@ -209,6 +228,8 @@ def simulate_ddp(
     for nm, v, lo in (("n_iters", n_iters, 1), ("warmup_iters", warmup_iters, 0)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, but got {nm}={v!r}.")
+    if hook is not None and (not isinstance(hook, str) or hook not in HOOKS):
+        raise ValueError(f"hook must be None, 'bf16' or 'fp16' (DDP's bf16_compress_hook / fp16_compress_hook), but got hook={hook!r}.")
     if step_s is None:
         step_s = default_step_s(model, cluster)
     elif isinstance(step_s, bool) or not isinstance(step_s, (int, float, np.number)) or not math.isfinite(step_s) or step_s < 0:
@@ -217,9 +238,15 @@ def simulate_ddp(
     n, L = cluster.n_workers, model.n_layers
     buckets = ddp_buckets(model.layer_bytes.tolist(), cap_b, first_b)
     nbytes = np.array([float(model.layer_bytes[b].sum()) for b in buckets])
-    msgs = [Message(k, tuple(Segment(int(l), 0, int(model.layer_bytes[l]) // 4) for l in b), int(nbytes[k]), k, 0, "float32")
+    wire = "fp32" if hook is None else hook
+    wire_nbytes = nbytes if hook is None else nbytes / 2  # the hook sends the bucket in 16 bits
+    msgs = [Message(k, tuple(Segment(int(l), 0, int(model.layer_bytes[l]) // 4) for l in b), int(wire_nbytes[k]), k, 0,
+                    "float32" if hook is None else "bfloat16" if hook == "bf16" else "float16")
             for k, b in enumerate(buckets)]
-    plan = _Plan(messages=msgs, nbytes=nbytes, last_tensor=np.array([min(b) for b in buckets], dtype=np.int64),
+    # each bucket's cast (on the backward's path) and cast back (in the future's callback), seconds
+    cast = np.asarray(cast_s(wire_nbytes, wire, cluster.cast_Bps))
+    cast_through = np.cumsum(cast)  # casts run by the backward up to and including bucket k's
+    plan = _Plan(messages=msgs, nbytes=wire_nbytes, last_tensor=np.array([min(b) for b in buckets], dtype=np.int64),
                  seg_msg=np.zeros(0, dtype=np.int64), seg_tensor=np.zeros(0, dtype=np.int64),
                  chunks=np.ones(len(msgs), dtype=np.int64), n_real=len(msgs))
     link = float(np.minimum(cluster.bw_up_Bps, cluster.bw_down_Bps).min())
@@ -244,11 +271,21 @@ def simulate_ddp(
         bwd_end = gr[:, 0]
         if n == 1:
             comm_end = -math.inf
-        else:
+        elif hook is None:
             ready = gr.max(axis=0)[plan.last_tensor]
             _, done = _comm(plan, 1, ready, ps=False, n=n, link_Bps=link, overhead_s=overhead, delay_s=delay,
                             between_s=np.zeros(len(msgs)), contention=cluster.contention)
             comm_end = float(done.max())
+        else:
+            # the backward pauses for each bucket's cast: bucket k leaves once the casts up to its own are done
+            ready = (gr[:, plan.last_tensor] + cast_through[None, :]).max(axis=0)
+            bwd_end = bwd_end + cast_through[-1]
+            _, done = _comm(plan, 1, ready, ps=False, n=n, link_Bps=link, overhead_s=overhead, delay_s=delay,
+                            between_s=np.zeros(len(msgs)), contention=cluster.contention)
+            back = -math.inf
+            for k in np.argsort(done, kind="stable").tolist():  # the casts back, one callback after the other
+                back = max(back, float(done[k])) + float(cast[k])
+            comm_end = back
         end = np.maximum(bwd_end, comm_end) + S[it]
         iters.append(end - start)
         start = end
@@ -256,4 +293,4 @@ def simulate_ddp(
     comp = float(np.mean([(F[i].sum() + B[i].sum() + S[i].sum()) / n for i in range(warmup_iters, total)]))
     sps = float((model.batch_size * n_iters / wit.sum(axis=0)).sum())
     return DDPResult(model=model, cluster=cluster, bucket_cap_mb=cap_b / _MB, first_bucket_mb=first_b / _MB, buckets=buckets,
-                     bucket_bytes=nbytes, iter_time_s=wit.mean(axis=1), samples_per_s=sps, compute_s=comp, step_s=float(step_s))
+                     bucket_bytes=nbytes, iter_time_s=wit.mean(axis=1), samples_per_s=sps, compute_s=comp, step_s=float(step_s), hook=hook)

@@ -21,6 +21,14 @@ What one iteration is made of (see ``docs/simulator.md`` for the rationale):
 * **Bandwidth sharing**: messages in flight share the bottleneck link equally
   (processor sharing), computed exactly with a virtual-time clock, so credit
   beyond what fills the link only delays the high-priority messages.
+* **16 bits on the wire** (``config.wire`` ``"bf16"`` / ``"fp16"``): messages
+  are planned over the tensors as they travel
+  (:func:`autobyte.core.scheduler.on_wire`: half the bytes), and each pays
+  two casts of its fp32 bytes at ``cluster.cast_Bps``, where the torch engine
+  runs them: the cast (and division) into the 16-bit buffer on the
+  dispatching side, serial with the per-message cost, and the cast back on
+  the completing side, serial over messages, before its credit is returned
+  and its layers updated.
 
 The link is the slowest worker's ``min(up, down)``: a ring and a synchronous
 PS step both move at the pace of their slowest member.
@@ -36,7 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.metrics import RuntimeFeatures, WindowStats
-from ..core.scheduler import CreditQueue, Message, Segment, TensorSpec, plan_messages
+from ..core.scheduler import CreditQueue, Message, Segment, TensorSpec, on_wire, plan_messages
 from ..core.space import Config, SearchSpace
 from ._cluster import Cluster, Trace, resolve_traces
 from ._models import ModelProfile
@@ -59,13 +67,24 @@ class _Plan:
     n_real: int
 
 
-_PLANS: dict[tuple[str, int, int], _Plan] = {}
+_PLANS: dict[tuple[str, int, int, str], _Plan] = {}
 
 
-def _tensors(model: ModelProfile) -> list[TensorSpec]:
+def _tensors(model: ModelProfile, wire: str = "fp32") -> list[TensorSpec]:
+    """One fp32 tensor per layer, as it travels at precision ``wire``."""
     lb = model.layer_bytes
-    itemsize = 4 if np.all(lb % 4 == 0) else 1
-    return [TensorSpec(f"layer{i}", int(b) // itemsize, itemsize, i) for i, b in enumerate(lb)]
+    if np.all(lb % 4 == 0):
+        return on_wire([TensorSpec(f"layer{i}", int(b) // 4, 4, i) for i, b in enumerate(lb)], wire)
+    if wire == "fp32":  # sizes that are no whole number of fp32 elements: count bytes
+        return [TensorSpec(f"layer{i}", int(b), 1, i) for i, b in enumerate(lb)]
+    return [TensorSpec(f"layer{i}", max(1, int(b) // 4), 2, i, "bfloat16") for i, b in enumerate(lb)]
+
+
+def cast_s(wire_bytes: np.ndarray | float, wire: str, cast_Bps: float) -> np.ndarray | float:
+    """Seconds of one cast pass between fp32 and ``wire`` of a message of ``wire_bytes`` on the wire (0 at fp32)."""
+    if wire == "fp32":
+        return 0.0 * wire_bytes
+    return 2.0 * wire_bytes / cast_Bps
 
 
 def _coarsen(msgs: list[Message], max_messages: int) -> tuple[list[Message], np.ndarray]:
@@ -103,12 +122,12 @@ def _is_split(m: Message, msgs: list[Message]) -> bool:
     return m.chunk == 0 and m.index + 1 < len(msgs) and msgs[m.index + 1].chunk == 1 and msgs[m.index + 1].segments[0].tensor == m.segments[0].tensor
 
 
-def _plan(model: ModelProfile, partition_bytes: int, max_messages: int) -> _Plan:
-    key = (model._key, partition_bytes, max_messages)
+def _plan(model: ModelProfile, partition_bytes: int, max_messages: int, wire: str = "fp32") -> _Plan:
+    key = (model._key, partition_bytes, max_messages, wire)
     p = _PLANS.get(key)
     if p is not None:
         return p
-    msgs = plan_messages(_tensors(model), partition_bytes)
+    msgs = plan_messages(_tensors(model, wire), partition_bytes)
     n_real = len(msgs)
     if len(msgs) > max_messages:
         msgs, chunks = _coarsen(msgs, max_messages)
@@ -145,6 +164,7 @@ def _comm(
     contention: float = 0.0,
     big: np.ndarray | None = None,
     extra_delay_s: np.ndarray | None = None,
+    finish_s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One iteration's communication. Returns (release, done) times per message.
 
@@ -155,6 +175,10 @@ def _comm(
     ``link / n`` (their ``n - 1`` flows converge on one server's link) and
     the spread ones take what they leave. With ``k`` transfers in flight the
     link delivers ``1 / (1 + contention * (k - 1))`` of its rate.
+
+    ``finish_s`` (16 bits on the wire: the cast back): work after a message's
+    transfer, serial over messages in the order their transfers end; the
+    message is done (credit returned) when it ends.
     """
     msgs = plan.messages
     M = len(msgs)
@@ -175,6 +199,9 @@ def _comm(
     done = [0.0] * M
     pull = [False] * M
     ev: list[tuple[float, int]] = []  # (time a transfer joins the link, msg)
+    fin: list[tuple[float, int]] = []  # (time a message's finishing work ends, msg)
+    fin_s = finish_s.tolist() if finish_s is not None else None
+    fdisp = -math.inf
     act_b: list[tuple[float, int]] = []  # spread transfers: (virtual finish tag, msg)
     act_s: list[tuple[float, int]] = []  # single-server transfers
     inf = math.inf
@@ -205,6 +232,9 @@ def _comm(
         tcs = t + (act_s[0][0] - vs) / rs if ks else inf
         tc = tcb if tcb < tcs else tcs
         tn = tc if tc < te else te
+        tf = fin[0][0] if fin else inf
+        if tf < tn:
+            tn = tf
         if tr < tn:
             tn = tr
         dt = tn - t
@@ -226,6 +256,15 @@ def _comm(
                 pull[i] = True
                 heappush(ev, (t + betw[i] + delay_s, i))
                 continue
+            if fin_s is not None:
+                fdisp = (t if t > fdisp else fdisp) + fin_s[i]
+                heappush(fin, (fdisp, i))
+                continue
+            done[i] = t
+            ndone += 1
+            q.mark_done(i)
+        elif tn == tf:
+            _, i = heappop(fin)
             done[i] = t
             ndone += 1
             q.mark_done(i)
@@ -416,7 +455,10 @@ def simulate(
     Args:
         model: a :class:`ModelProfile` (e.g. ``get_model("resnet50")``).
         cluster: the :class:`Cluster`.
-        config: ``<partition_bytes, credit_bytes>``.
+        config: ``<partition_bytes, credit_bytes>`` and the gradients'
+            precision on the wire (``config.wire``: at ``"bf16"`` / ``"fp16"``
+            messages carry half the bytes and pay the casts, see the module's
+            docstring and ``cluster.cast_Bps``).
         n_iters: iterations reported.
         seed: seed of the compute jitter.
         traces: :class:`BandwidthTrace` and/or :class:`ComputeTrace`; trace
@@ -467,11 +509,17 @@ def simulate(
     F = model.forward_s[None, None, :] * mult
     B = model.backward_s[None, None, :] * mult
 
-    plan = _plan(model, config.partition_bytes, max_messages)
+    wire = config.wire
+    plan = _plan(model, config.partition_bytes, max_messages, wire)
     ps = cluster.arch == "ps"
     # A simulated message standing for g real ones pays g per-message costs;
     # PS pays for the push and the pull.
     overhead = cluster.per_message_s * plan.chunks * (2 if ps else 1)
+    finish = None
+    if wire != "fp32":  # the cast into the 16-bit buffer before the send, the cast back after
+        cast = np.asarray(cast_s(plan.nbytes, wire, cluster.cast_Bps))
+        overhead = overhead + cast
+        finish = cast
     delay = (2.0 * cluster.latency_s) if ps else (2.0 * (n - 1) * cluster.latency_s)
     between = plan.nbytes * n / cluster.ps_aggregate_Bps if ps else np.zeros(len(plan.messages))
     # Grouped messages (tiny partitions): keep the number of chunk-sized
@@ -480,25 +528,27 @@ def simulate(
     # transfer) exceeds k times its throughput-limited cycle.
     credit = config.credit_bytes
     extra = None
+    elem_ratio = 1 if wire == "fp32" else 2  # fp32 bytes per wire byte: the big-array bound counts elements
     if plan.n_real != len(plan.messages):
         g = int(plan.chunks.max())
         credit = int(min(credit * g, 1 << 50))
         chunk = config.partition_bytes
         kk = max(1, config.credit_bytes // chunk)
-        o1 = cluster.per_message_s * (2 if ps else 1)
+        c1 = float(cast_s(chunk, wire, cluster.cast_Bps))  # each cast pass of one chunk (0 at fp32)
+        o1 = cluster.per_message_s * (2 if ps else 1) + c1
         lf = float(np.min(link))
-        x = (2.0 * (n - 1) / n * chunk / lf * (n if ps and chunk < cluster.ps_bigarray_bytes else 1)) if math.isfinite(lf) else 0.0
+        x = (2.0 * (n - 1) / n * chunk / lf * (n if ps and chunk * elem_ratio < cluster.ps_bigarray_bytes else 1)) if math.isfinite(lf) else 0.0
         d_all = delay * (2 if ps else 1)
-        if kk == 1:  # stop-and-wait: every chunk pays its own network delay
-            stall = d_all
+        if kk == 1:  # stop-and-wait: every chunk pays its own network delay (and its cast back)
+            stall = d_all + c1
         else:
-            life = o1 + d_all + x * (1.0 + cluster.contention * (kk - 1))
+            life = o1 + c1 + d_all + x * (1.0 + cluster.contention * (kk - 1))
             # k grouped messages are in flight too, so each carries k chunks' stall
             stall = max(0.0, life - kk * max(o1, x))
         extra = (plan.chunks - 1) * stall
     # MXNet's KVStore slices arrays of at least MXNET_KVSTORE_BIGARRAY_BOUND
     # elements (default 1,000,000) over all servers; smaller ones live on one.
-    big = (plan.nbytes / plan.chunks) >= cluster.ps_bigarray_bytes
+    big = (plan.nbytes * elem_ratio / plan.chunks) >= cluster.ps_bigarray_bytes
     update = model.layer_bytes / cluster.update_Bps if not ps else np.zeros(L)
 
     pr = np.zeros(L)
@@ -512,7 +562,7 @@ def simulate(
         fwd_done = fe[:, -1]
         gr = fwd_done[:, None] + np.cumsum(b[:, ::-1], axis=1)[:, ::-1]
         end = gr[:, 0].copy()
-        if n == 1 or not math.isfinite(link[it]) and cluster.latency_s == 0 and cluster.per_message_s == 0:
+        if n == 1 or not math.isfinite(link[it]) and cluster.latency_s == 0 and cluster.per_message_s == 0 and finish is None:
             ready = gr.max(axis=0)[plan.last_tensor]
             release = ready
             done = ready.copy()
@@ -520,7 +570,7 @@ def simulate(
             ready = gr.max(axis=0)[plan.last_tensor]
             release, done = _comm(
                 plan, credit, ready, ps=ps, n=n, link_Bps=float(link[it]), overhead_s=overhead, delay_s=delay, between_s=between,
-                contention=cluster.contention, big=big, extra_delay_s=extra,
+                contention=cluster.contention, big=big, extra_delay_s=extra, finish_s=finish,
             )
         tdone = np.full(L, -np.inf)
         np.maximum.at(tdone, plan.seg_tensor, done[plan.seg_msg])
