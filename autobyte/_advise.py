@@ -20,9 +20,10 @@ import numpy as np
 from .core._checks import check_int, check_positive
 from .core.metrics import ARCHITECTURES, WindowStats
 from .core.space import Config, MiB, SearchSpace
-from ._advise_inputs import calibrated_gbps, load_calibration, profile_from_windows, resolve_model
+from ._advise_inputs import calibrated_gbps, cast_rate_here, load_calibration, profile_from_windows, resolve_model
 from .sim import GBPS, V100, Cluster, Device, ModelProfile, simulate
-from .sim._ddp import DEFAULT_BUCKET_CAP_MB, DDPResult, default_step_s, simulate_ddp
+from .sim._cluster import DEFAULT_CAST_BPS
+from .sim._ddp import DEFAULT_BUCKET_CAP_MB, HOOKS, DDPResult, default_step_s, simulate_ddp
 
 #: ``bucket_cap_mb`` values the advice chooses from (DDP's default is compared too).
 DEFAULT_BUCKET_CAPS_MB: tuple[float, ...] = (1, 2, 4, 8, 16, 25, 32, 64, 128, 256)
@@ -37,6 +38,16 @@ _N_ITERS = 3
 MAX_WORKERS = 4096
 #: Named devices whose roofline compute model (docs/simulator.md) can stand in for a measurement.
 DEVICES: dict[str, Device] = {"v100": V100}
+#: Below this predicted gain of 16 bits over fp32 (relative samples/s) the report says they buy little.
+LITTLE_GAIN = 0.05
+#: When 16 bits are safe, per precision (docs/torch.md, "16-bit gradients on the wire").
+WIRE_SAFETY: dict[str, str] = {
+    "bf16": "bf16 keeps fp32's exponent range (no overflow beyond fp32's) with 8 bits of mantissa: each averaged "
+            "gradient element is rounded to about 0.4%; the choice for training without a loss scaler.",
+    "fp16": "fp16 has 11 bits of mantissa but overflows beyond 65504: an averaged gradient element (divided by the world "
+            "size) above it becomes inf and reaches the update (no step is skipped), and elements below about 6e-8 x the "
+            "world size become 0; safe only where gradients stay well inside that range (or a loss scaler checks them).",
+}
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,9 @@ class Advice:
         sensitivity: the advice over a range of bandwidths.
         sources: which inputs were measured and which numbers simulated.
         notes: assumptions the numbers rest on.
+        wire16: the 16-bit precision reported (``"bf16"``, ``"fp16"``) or ``None`` (none reported).
+        ddp_hook: DDP at the advised bucket size with the compression hook of ``wire16``.
+        engine16_config, engine16: autobyte's best ``<partition, credit>`` at ``wire16`` and its prediction.
     """
 
     model: ModelProfile
@@ -103,6 +117,10 @@ class Advice:
     sensitivity: list[SensitivityRow] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    wire16: str | None = None
+    ddp_hook: Prediction | None = None
+    engine16_config: Config | None = None
+    engine16: Prediction | None = None
 
     @property
     def ddp_gain(self) -> float:
@@ -119,6 +137,58 @@ class Advice:
         if self.first_bucket_mb is not None:
             return f"bucket_cap_mb_list=[{_fmt_mb(self.first_bucket_mb)}, {cap}]"
         return f"bucket_cap_mb={cap}"
+
+    def ddp_hook_code(self) -> str | None:
+        """The one line that sends DDP's buckets at 16 bits (``None`` when no 16-bit precision is reported)."""
+        if self.wire16 is None:
+            return None
+        return (f"ddp_model.register_comm_hook(None, {HOOKS[self.wire16]})  "
+                "# from torch.distributed.algorithms.ddp_comm_hooks.default_hooks")
+
+    def engine16_code(self) -> str | None:
+        """The one line that runs autobyte's engine at 16 bits with the advised ``<partition, credit>``."""
+        if self.wire16 is None or self.engine16_config is None:
+            return None
+        c = self.engine16_config
+        return (f'schedule(model, optimizer, partition_bytes={c.partition_bytes}, credit_bytes={c.credit_bytes}, '
+                f'wire="{self.wire16}")  # from autobyte.integrations.torch')
+
+    def wire16_gain(self) -> dict[str, float]:
+        """Predicted speed-up of 16 bits over fp32: DDP + hook over the advised DDP, autobyte at 16 bits over autobyte at fp32."""
+        out: dict[str, float] = {}
+        if self.ddp_hook is not None and self.ddp_best is not None:
+            out["ddp"] = self.ddp_hook.samples_per_s / self.ddp_best.samples_per_s
+        if self.engine16 is not None and self.engine is not None:
+            out["engine"] = self.engine16.samples_per_s / self.engine.samples_per_s
+        return out
+
+    def wire16_verdict(self) -> str | None:
+        """Whether 16 bits pay here, in one sentence (``None`` when none is reported)."""
+        gains = self.wire16_gain()
+        if self.wire16 is None or not gains:
+            return None
+        fp32 = {"ddp": self.ddp_best, "engine": self.engine}
+        name = {"ddp": "DDP", "engine": "autobyte"}
+
+        def pct(keys: list[str]) -> str:
+            return ", ".join(f"{name[k]} {(gains[k] - 1) * 100:+.1f}%" for k in keys)
+
+        def why(keys: list[str]) -> str:
+            of = max(fp32[k].samples_per_s for k in keys if fp32[k] is not None) / self.compute.samples_per_s  # type: ignore[union-attr]
+            if of >= 0.9:
+                return f"already compute-bound at fp32 ({of * 100:.0f}% of compute-only)"
+            return "halving the bytes saves little time on this link"
+
+        pay = [k for k in gains if gains[k] >= 1 + LITTLE_GAIN]
+        little = [k for k in gains if k not in pay]
+        if not pay:
+            return (f"16 bits buy little here ({pct(little)} over fp32): {why(little)}, and the casts to and from 16 bits "
+                    "cost time; keep fp32.")
+        text = f"16 bits pay here ({pct(pay)} over fp32): communication is on the critical path and they halve its bytes"
+        if little:
+            k = little[0]  # two predictions: one pays, the other not
+            text += f"; for {name[k]} they buy little ({(gains[k] - 1) * 100:+.1f}%): {why(little)}"
+        return text + "."
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,6 +207,15 @@ class Advice:
             "compute": self.compute.to_dict(),
             "sensitivity": [r.to_dict() for r in self.sensitivity],
             "sources": dict(self.sources), "notes": list(self.notes),
+            "wire16": self.wire16,
+            "ddp_hook": self.ddp_hook.to_dict() if self.ddp_hook else None,
+            "ddp_hook_code": self.ddp_hook_code(),
+            "engine16_config": self.engine16_config.to_dict() if self.engine16_config else None,
+            "engine16": self.engine16.to_dict() if self.engine16 else None,
+            "engine16_code": self.engine16_code(),
+            "wire16_gain": self.wire16_gain(),
+            "wire16_verdict": self.wire16_verdict(),
+            "wire16_safety": WIRE_SAFETY[self.wire16] if self.wire16 else None,
         }
 
     def __str__(self) -> str:
@@ -170,16 +249,30 @@ class Advice:
         if self.engine_config is not None:
             lines.append(f"autobyte: partition_bytes={self.engine_config.partition_bytes}, "
                          f"credit_bytes={self.engine_config.credit_bytes}  ({self.engine_config})")
-        lines += ["", f"{'predicted (simulator)':<42} {'iteration':>10} {'samples/s':>10} {'vs DDP default':>15} {'of compute-only':>16}"]
+        if self.wire16 is not None and (self.ddp_hook is not None or self.engine16 is not None):
+            code = [("DDP + hook", self.ddp_hook_code() if self.ddp_hook is not None else None),
+                    ("autobyte", self.engine16_code())]
+            first = True
+            for who, line in code:
+                if line is not None:
+                    lines.append(f"{'16 bits:' if first else '':<10}{who + ':':<12}{line}")
+                    first = False
+            for text in (self.wire16_verdict(), WIRE_SAFETY[self.wire16],
+                         "16 bits change the numerics: results are not bit-identical to fp32's (docs/torch.md)."):
+                if text:
+                    lines.append(f"{'':<10}{text}")
         base = self.ddp_default.samples_per_s if self.ddp_default else math.nan
         rows = [self.compute]
-        rows += [p for p in (self.ddp_default, self.ddp_best, self.first_bucket, self.engine) if p is not None]
+        rows += [p for p in (self.ddp_default, self.ddp_best, self.first_bucket, self.engine, self.ddp_hook, self.engine16)
+                 if p is not None]
+        w = max([42] + [len(p.label) for p in rows])
+        lines += ["", f"{'predicted (simulator)':<{w}} {'iteration':>10} {'samples/s':>10} {'vs DDP default':>15} {'of compute-only':>16}"]
         seen: set[str] = set()
         for p in rows:
             if p.label in seen:
                 continue
             seen.add(p.label)
-            lines.append(f"{p.label:<42} {p.iter_time_s * 1e3:>8.1f}ms {p.samples_per_s:>10.1f} "
+            lines.append(f"{p.label:<{w}} {p.iter_time_s * 1e3:>8.1f}ms {p.samples_per_s:>10.1f} "
                          f"{p.samples_per_s / base:>14.2f}x {p.samples_per_s / self.compute.samples_per_s * 100:>15.0f}%")
         if self.sensitivity:
             lines += ["", "sensitivity to bandwidth (simulator; * = the advice changes there):",
@@ -212,8 +305,9 @@ def _engine_space() -> SearchSpace:
     return SearchSpace.grid(parts, [1, 2, 4, 8, 16])
 
 
-def _ddp_predict(model: ModelProfile, cluster: Cluster, cap: float | None, step_s: float, first: float | None = None) -> DDPResult:
-    return simulate_ddp(model, cluster, cap, first_bucket_mb=first, step_s=step_s, n_iters=_N_ITERS, warmup_iters=1)
+def _ddp_predict(model: ModelProfile, cluster: Cluster, cap: float | None, step_s: float, first: float | None = None,
+                 hook: str | None = None) -> DDPResult:
+    return simulate_ddp(model, cluster, cap, first_bucket_mb=first, step_s=step_s, n_iters=_N_ITERS, warmup_iters=1, hook=hook)
 
 
 def _best_ddp(model: ModelProfile, cluster: Cluster, caps: Sequence[float], step_s: float,
@@ -232,9 +326,11 @@ def _best_ddp(model: ModelProfile, cluster: Cluster, caps: Sequence[float], step
     return res, best
 
 
-def _best_engine(model: ModelProfile, cluster: Cluster, space: SearchSpace) -> tuple[Config, float, float]:
+def _best_engine(model: ModelProfile, cluster: Cluster, space: SearchSpace, wire: str = "fp32") -> tuple[Config, float, float]:
     best: tuple[Config, float, float] | None = None
     for c in space:
+        if wire != "fp32":
+            c = Config(c.partition_bytes, c.credit_bytes, wire)
         r = simulate(model, cluster, c, n_iters=_N_ITERS, warmup_iters=1)
         if best is None or r.samples_per_s > best[1]:
             best = (c, r.samples_per_s, float(r.iter_time_s.mean()))
@@ -271,6 +367,7 @@ def advise(
     profile_runs: int = 3,
     loss_fn: Any = None,
     sources: dict[str, str] | None = None,
+    wire16: str | None = "bf16",
 ) -> Advice:
     """The ``bucket_cap_mb`` for DDP and the ``<partition, credit>`` for autobyte's engine, predicted by the simulator.
 
@@ -315,6 +412,12 @@ def advise(
         profile_runs: measured runs when profiling a module.
         loss_fn: maps the module's output to a scalar for profiling (default ``output.sum()``).
         sources: extra provenance lines (e.g. where the bandwidth was measured).
+        wire16: the 16-bit precision to predict beside fp32, ``"bf16"``
+            (default) or ``"fp16"``: DDP at the advised bucket size with its
+            compression hook, and autobyte's engine at that ``wire``; ``None``
+            for no 16-bit prediction. The casts between fp32 and 16 bits run at
+            the calibration's ``cast_Bps``, else at a rate measured here for a
+            module profiled here, else at the simulator's default.
 
     Returns:
         :class:`Advice`.
@@ -356,6 +459,8 @@ def advise(
     profile_runs = check_int("profile_runs", profile_runs)
     if first_bucket_mb is not None:
         first_bucket_mb = check_positive("first_bucket_mb", first_bucket_mb, "MiB")
+    if wire16 is not None and (not isinstance(wire16, str) or wire16 not in HOOKS):
+        raise ValueError(f"wire16 must be 'bf16', 'fp16' or None (no 16-bit prediction), but got wire16={wire16!r}.")
     if cluster_kwargs is not None and not isinstance(cluster_kwargs, dict):
         raise ValueError(f"cluster_kwargs must be a dict of Cluster arguments, but got cluster_kwargs={cluster_kwargs!r}.")
 
@@ -366,10 +471,17 @@ def advise(
     prof, compute_src, measured_step = resolve_model(model, example_input, batch_size, compute_scale, profile_runs, loss_fn, dev)
     kw: dict[str, Any] = {"jitter": 0.0}
     link_gbps = bw
+    cast_src = f"{DEFAULT_CAST_BPS / 1e9:g} GB/s, simulator default (V100 memory roofline, docs/simulator.md)"
     if calib is not None:
-        kw.update({k: float(calib[k]) for k in ("latency_s", "per_message_s", "contention") if k in calib})
+        kw.update({k: float(calib[k]) for k in ("latency_s", "per_message_s", "contention", "cast_Bps") if k in calib})
         link_gbps = calibrated_gbps(calib, bw)
+        if "cast_Bps" in calib:
+            cast_src = f"{kw['cast_Bps'] / 1e9:.3g} GB/s, calibrated (benchmarks/cast_rate.py)"
+    if wire16 is not None and "cast_Bps" not in kw and compute_src.startswith("measured on this machine"):
+        kw["cast_Bps"], cast_src = cast_rate_here()
     kw.update(cluster_kwargs or {})
+    if "cast_Bps" in (cluster_kwargs or {}):
+        cast_src = "given (cluster_kwargs)"
     if latency_s is not None:
         kw["latency_s"] = float(latency_s)
     if per_message_s is not None:
@@ -431,6 +543,18 @@ def advise(
     if engine:
         eng_cfg, sps, it = _best_engine(prof, cluster, space)
         eng_p = Prediction(f"autobyte {eng_cfg}", it, sps)
+    hook_p = eng16_p = None
+    eng16_cfg = None
+    if wire16 is not None:
+        if arch == "allreduce":
+            first16 = first_mb if first_mb is not None else first_bucket_mb if best_cap is not None else None
+            rh = _ddp_predict(prof, cluster, best_cap, step_s, first16, hook=wire16)
+            where = ("default buckets" if best_cap is None else f"bucket_cap_mb={_fmt_mb(best_cap)}" if first_mb is None
+                     else f"[{_fmt_mb(first_mb)}, {_fmt_mb(best_cap)}]")
+            hook_p = Prediction(f"DDP + {HOOKS[wire16]} ({where})", float(rh.iter_time_s.mean()), rh.samples_per_s)
+        if engine:
+            eng16_cfg, sps16, it16 = _best_engine(prof, cluster, space, wire16)
+            eng16_p = Prediction(f"autobyte {eng16_cfg}", it16, sps16)
     rows = []
     for g in sens:
         lg = calibrated_gbps(calib, g) if calib is not None else g
@@ -454,6 +578,9 @@ def advise(
                    else "(calibrated)" if calib is not None else "(simulator defaults)"),
         "every iteration time and samples/s above": "simulator (autobyte.sim: simulate_ddp for DDP, simulate for autobyte's engine)",
     }
+    if wire16 is not None:
+        srcs["casts (16 bits)"] = (f"{cast_src}; fp32 bytes per second of one pass, two passes per message/bucket "
+                                   "(docs/simulator.md)")
     srcs.update(sources or {})
     notes.append("DDP simulated as it runs: buckets in reverse registration order, all-reduced one after the other as "
                  "each fills, optimizer step after the last one, no overlap with the next forward.")
@@ -462,7 +589,8 @@ def advise(
                      "default); bucket_cap_mb_list=[1, X] keeps a 1 MiB first bucket.")
     return Advice(model=prof, cluster=cluster, bucket_cap_mb=best_cap, first_bucket_mb=first_mb, ddp=ddp_preds,
                   ddp_best=best_p, ddp_default=default_p, first_bucket=first_p, engine_config=eng_cfg, engine=eng_p,
-                  compute=compute, sensitivity=rows, sources=srcs, notes=notes)
+                  compute=compute, sensitivity=rows, sources=srcs, notes=notes, wire16=wire16, ddp_hook=hook_p,
+                  engine16_config=eng16_cfg, engine16=eng16_p)
 
 
 def advise_from_windows(windows: Sequence[WindowStats], tensor_bytes: Sequence[int], *, n_workers: int,

@@ -49,6 +49,9 @@ def register(subparsers: Any) -> None:
                    help="bandwidths of the sensitivity table (default: 0.1x..10x the link)")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the sensitivity table")
     p.add_argument("--no-engine", action="store_true", help="advise DDP only")
+    p.add_argument("--wire16", default="bf16", metavar="bf16|fp16|none",
+                   help="16-bit precision predicted beside fp32: DDP + its compress hook and autobyte's engine at "
+                   "wire=... (default: bf16; none: no 16-bit lines)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the screen")
     p.set_defaults(func=_advise)
 
@@ -132,7 +135,9 @@ def _advise(args: argparse.Namespace) -> int:
             raise ValueError(f"--device goes with --module (the zoo is V100 already), but got --device={args.device!r} without --module.")
         if args.module is None and args.model is not None and args.model not in MODELS:
             raise ValueError(f"--model must be one of {', '.join(sorted(MODELS))}, but got --model={args.model!r}.")
-        kw: dict[str, Any] = {}
+        if args.wire16 not in ("bf16", "fp16", "none"):
+            raise ValueError(f"--wire16 must be one of bf16, fp16, none, but got --wire16={args.wire16!r}.")
+        kw: dict[str, Any] = {"wire16": None if args.wire16 == "none" else args.wire16}
         if args.caps is not None:
             kw["bucket_caps_mb"] = _floats("--caps", args.caps)
         if args.sensitivity is not None:

@@ -256,6 +256,7 @@ def test_cli_profiles_a_module(_cli):
         (["--device", "v100"], "--device goes with --module"),
         (["--module", "autobyte.bench.models:make_cnn", "--input-shape", "4,3,32,32", "--device", "tpu"], "device must be one of ['v100']"),
         (["--calibration", "/nonexistent.json"], "calibration must be 'testbed' or a readable calib_params.json"),
+        (["--wire16", "fp32"], "--wire16 must be one of bf16, fp16, none, but got --wire16='fp32'."),
     ],
 )
 def test_cli_errors_are_one_line_with_exit_2(_cli, args, match):
