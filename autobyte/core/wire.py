@@ -8,8 +8,10 @@ credit (the inner tuner):
 
 * in every set of conditions (from the start, and after every change of
   conditions the controller reports: ``Observation.regime_changed``) it
-  measures the configuration in force at both precisions, ``windows``
-  windows each, the precision in force first;
+  measures the configuration in force at both precisions, the precision in
+  force first: one window each where that leaves no doubt (16 bits no
+  faster than fp32, or faster by twice ``min_gain``), else ``windows``
+  windows each;
 * it keeps 16 bits where they measured ``>= 1 + min_gain`` times fp32's
   speed, fp32 otherwise; the decision line names the objective that moved it
   (speed, or exactness);
@@ -51,7 +53,9 @@ class AutoWire:
             no overflow) or ``"fp16"``.
         min_gain: the measured gain of 16 bits over fp32 in the current
             conditions that is worth giving up exact fp32 updates (0.05: 5%).
-        windows: windows measured at each precision before choosing (2).
+        windows: windows measured at each precision before choosing where
+            the first window of each leaves a doubt (2); one each where 16
+            bits measured no faster than fp32 or faster by ``2 * min_gain``.
 
     Raises:
         TypeError, ValueError: a bad argument, named with its rule and value.
@@ -140,6 +144,18 @@ class WireTuner(Tuner):
         return replace(first, wire=initial.wire)
 
     # ------------------------------------------------------------ the comparison
+    def _needed(self) -> int:
+        """Windows each precision needs: one where the first of each leaves no doubt, else ``windows``.
+
+        No doubt: 16 bits measured no faster than fp32, or faster by twice ``min_gain`` (a window's noise on
+        these hosts is a few percent: docs/benchmarks.md section 6.4).
+        """
+        pref = self.preference
+        if not all(self._speeds.get(w) for w in ("fp32", pref.low)):
+            return 1
+        gain = statistics.median(self._speeds[pref.low]) / statistics.median(self._speeds["fp32"])
+        return 1 if gain <= 1 or gain >= 1 + 2 * pref.min_gain else pref.windows
+
     def _compare(self, obs: Observation) -> Decision | None:
         """Measure both precisions at the configuration in force; the decision once both have their windows."""
         pref, here = self.preference, obs.config.wire
@@ -149,23 +165,25 @@ class WireTuner(Tuner):
         if not obs.mixed and obs.window_share >= 0.5 and math.isfinite(obs.speed) and obs.speed > 0:
             self._speeds.setdefault(here, []).append(obs.speed)
         other = pref.low if here == "fp32" else "fp32"
-        if len(self._speeds.get(here, [])) < pref.windows:
+        need = self._needed()
+        if len(self._speeds.get(here, [])) < need:
             return None
-        if len(self._speeds.get(other, [])) < pref.windows:
+        if len(self._speeds.get(other, [])) < need:
             measured = statistics.median(self._speeds[here])
             goal = "exactness" if other == "fp32" else "speed"
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
         fast, slow = statistics.median(self._speeds[pref.low]), statistics.median(self._speeds["fp32"])
         gain = fast / slow
+        counts = f"{len(self._speeds[pref.low])} and {len(self._speeds['fp32'])} windows"
         if gain >= 1 + pref.min_gain:
             self.chosen = pref.low
             why = (f"wire {pref.low}, for speed: measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
-                   f"{slow:.1f} samples/s, {pref.windows} windows each), at least 1 + min_gain = {1 + pref.min_gain:g}")
+                   f"{slow:.1f} samples/s, {counts}), at least 1 + min_gain = {1 + pref.min_gain:g}")
         else:
             self.chosen = "fp32"
             why = (f"wire fp32, for exactness: {pref.low} measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
-                   f"{slow:.1f} samples/s, {pref.windows} windows each), below 1 + min_gain = {1 + pref.min_gain:g}")
+                   f"{slow:.1f} samples/s, {counts}), below 1 + min_gain = {1 + pref.min_gain:g}")
         self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why})
         if self.chosen == here:
             _log.info("autobyte: iteration %d: %s", obs.iteration, why)
