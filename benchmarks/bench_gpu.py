@@ -417,7 +417,7 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         # samples over the whole run / its time
         t["whole_run_samples_per_s"] = sum(v * sec for v, sec in zip(t["samples_per_s"], t["seconds"])) / sum(t["seconds"])
     # static configurations run continuously in the tuner block (``static``, ``static-...``): measured as a tuner is,
-    # the fair baseline for it (in rounds a mode runs 12 iterations after other modes; see docs/benchmarks.md 8.1)
+    # the fair baseline for it (in rounds a mode runs 12 iterations after other modes; see docs/benchmarks.md 4.1)
     # (a static configuration run more than once, e.g. before and after the tuners, counts at the median of its runs)
     statics: dict[str, list[float]] = {}
     for t in tuned:
