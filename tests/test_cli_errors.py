@@ -135,6 +135,11 @@ CASES: list[tuple[list[str], str]] = [
     (["demo", "--low-mbit", "-1"], "--low-mbit must be a number of Mbit/s in (0, 1e+06]"),
     (["demo", "--high-mbit", "10"], "--high-mbit must be above --low-mbit"),
     (["demo", "--out", "{plain}"], "--out must be a folder"),
+    (["demo", "--methods", "ddp,ddp_fp16"], "--methods must be a comma-separated subset of ddp,bytescheduler,autobyte,"
+                                            "ddp_hook,autobyte_wire, but got --methods='ddp,ddp_fp16' ('ddp_fp16' unknown)."),
+    (["demo", "--methods", ","], "--methods must be a comma-separated subset of ddp,"),
+    (["demo", "--methods", "ddp_hook,autobyte_wire"], "--methods must include ddp (every speed-up is over plain DDP in the "
+                                                      "same round), but got --methods='ddp_hook,autobyte_wire'."),
 ]
 
 

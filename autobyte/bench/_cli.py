@@ -213,21 +213,41 @@ def _tuner_arg(text: str) -> str:
     return text
 
 
+def _demo_methods_arg(text: str) -> tuple[str, ...]:
+    """``demo --methods``: a comma-separated subset of the demo's methods, plain DDP among them."""
+    from .demo import METHOD_NAMES
+
+    items = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    bad = [m for m in items if m not in METHOD_NAMES]
+    if not items or bad:
+        extra = f" ({', '.join(map(repr, bad))} unknown)" if bad else ""
+        raise argparse.ArgumentTypeError(f"--methods must be a comma-separated subset of {','.join(METHOD_NAMES)}, "
+                                         f"but got --methods={text!r}{extra}.")
+    if "ddp" not in items:
+        raise argparse.ArgumentTypeError(f"--methods must include ddp (every speed-up is over plain DDP in the same round), "
+                                         f"but got --methods={text!r}.")
+    return items
+
+
 def register_demo(sub: Any) -> None:
     from ..cli import int_arg, out_arg
+    from .demo import METHOD_NAMES
 
     p = sub.add_parser(
         "demo",
-        help="train a real model with 2 local workers: plain DDP, ByteScheduler's default, AutoByte",
-        description="Train a real model with 2 local workers three ways (plain DDP, ByteScheduler's default, AutoByte) "
-                    "and show what AutoByte chose. Needs nothing but this package; as root the workers get an emulated, "
-                    "changing network.",
+        help="train a real model on 2 local workers: DDP, ByteScheduler, AutoByte, DDP + fp16 hook, wire='auto'",
+        description="Train a real model with 2 local workers five ways (plain DDP, ByteScheduler's default, AutoByte, "
+                    "DDP + fp16_compress_hook, AutoByte with wire='auto') and show what AutoByte chose. Needs nothing but "
+                    "this package; as root the workers get an emulated, changing network.",
     )
     _trace_args(p, low_mbit=250.0, high_mbit=500.0, every=20, iters=80)
     p.add_argument("--rounds", type=int_arg("--rounds", 1, 1000), default=3,
-                   help="rounds of the three runs, for the median and spread (default 3)")
+                   help="rounds of the runs, for the median and spread (default 3)")
     p.add_argument("--tuner", default="autobyte", type=_tuner_arg,
-                   help="tuner of the AutoByte run: autobyte, bo, grid or static (default autobyte)")
+                   help="tuner of the AutoByte runs: autobyte, bo, grid or static (default autobyte)")
+    p.add_argument("--methods", default=METHOD_NAMES, type=_demo_methods_arg,
+                   help=f"comma-separated subset of {','.join(METHOD_NAMES)} (default: all; ddp always: every speed-up "
+                        "is over it), e.g. ddp,ddp_hook,autobyte_wire for the 16-bit comparison alone")
     p.add_argument("--out", default=None, type=out_arg("--out", kind="dir"), help="output folder (default runs/demo-<time>)")
     p.set_defaults(func=_demo)
 
@@ -239,7 +259,7 @@ def _demo(args: argparse.Namespace) -> int:
     _check_trace_args(args)
     try:
         plan = DemoPlan(iters=args.iters, every=args.every, low_mbit=args.low_mbit, high_mbit=args.high_mbit, tuner=args.tuner,
-                        rounds=args.rounds)
+                        rounds=args.rounds, methods=tuple(args.methods))
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     _run(run_demo, plan, args.out or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S")))

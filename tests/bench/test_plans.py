@@ -38,6 +38,30 @@ def test_demo_plan_rejects_bad_rounds_and_tuner(kw, match):
         DemoPlan(**kw)
 
 
+@pytest.mark.parametrize(
+    "methods, match",
+    [
+        (("ddp", "magic"), r"methods must be a non-empty subset of \('ddp', 'bytescheduler', 'autobyte', 'ddp_hook', "
+                           r"'autobyte_wire'\), but got methods=\('ddp', 'magic'\)"),
+        ((), "methods must be a non-empty subset"),
+        ("ddp", "methods must be a non-empty subset of .*, but got methods='ddp'"),
+        (("autobyte_wire", "ddp_hook"), r"methods must include 'ddp' \(every speed-up is over plain DDP in the same round\), "
+                                        r"but got methods=\('autobyte_wire', 'ddp_hook'\)"),
+    ],
+)
+def test_demo_plan_rejects_bad_methods(methods, match):
+    with pytest.raises(ValueError, match=match):
+        DemoPlan(methods=methods)
+
+
+def test_demo_plan_runs_all_methods_by_default_in_table_order():
+    from autobyte.bench.demo import METHOD_NAMES
+
+    assert DemoPlan().methods == METHOD_NAMES == ("ddp", "bytescheduler", "autobyte", "ddp_hook", "autobyte_wire")
+    # a subset runs in the tables' order, whatever the order given; a repeat runs once
+    assert DemoPlan(methods=["autobyte_wire", "ddp", "ddp_hook", "ddp"]).methods == ("ddp", "ddp_hook", "autobyte_wire")
+
+
 def test_demo_plan_accepts_every_tuner_name():
     from autobyte.core.tuners import tuner_names
 
