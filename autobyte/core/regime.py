@@ -27,8 +27,21 @@ from ._checks import check_fraction, check_int
 from .space import Config
 
 
-def _cfg(c: Config) -> list[int]:
-    return [c.partition_bytes, c.credit_bytes]
+def _cfg(c: Config) -> list[Any]:
+    """A configuration in a state row: ``[partition, credit]``, then its wire precision where it is not fp32."""
+    return [c.partition_bytes, c.credit_bytes] + ([] if c.wire == "fp32" else [c.wire])
+
+
+def _row(row: Sequence[Any]) -> tuple[Config, list[float]]:
+    """Inverse of ``_cfg(config) + values``: the configuration and the values after it."""
+    wired = len(row) > 2 and isinstance(row[2], str)
+    return Config(int(row[0]), int(row[1]), row[2] if wired else "fp32"), [float(v) for v in row[3 if wired else 2:]]
+
+
+def _one(row: Sequence[Any]) -> tuple[Config, float]:
+    """A state row of one configuration and one value."""
+    config, values = _row(row)
+    return config, values[0]
 
 
 def within_step(times: Sequence[float], min_side: int = 2) -> float:
@@ -225,9 +238,9 @@ class RegimeDetector:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "last" in state:
-            self.last = {Config(int(p), int(c)): float(v) for p, c, v in state["last"]}
+            self.last = dict(map(_one, state["last"]))
         if "rates" in state:
-            self.rates = {Config(int(p), int(c)): float(v) for p, c, v in state["rates"]}
+            self.rates = dict(map(_one, state["rates"]))
         if "gaps" in state:
             self.gaps = deque((float(x) for x in state["gaps"]), maxlen=PAIR_MEMORY)
         self.settling = bool(state.get("settling", False))
@@ -343,10 +356,10 @@ class HarmGuard:
         self._hold_until = int(state.get("hold_until", self._hold_until))
         if "last" in state:
             last = state["last"]
-            self._last = None if last is None else (Config(int(last[0]), int(last[1])), float(last[2]))
+            self._last = None if last is None else _one(last)
         self.trips = int(state.get("trips", self.trips))
         if "speeds" in state:
-            self._speeds = {Config(int(p), int(c)): float(v) for p, c, v in state["speeds"]}
+            self._speeds = dict(map(_one, state["speeds"]))
         if "tripped" in state:
             t = state["tripped"]
-            self._tripped = None if t is None else (Config(int(t[0]), int(t[1])), float(t[2]))
+            self._tripped = None if t is None else _one(t)

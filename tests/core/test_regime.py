@@ -107,6 +107,25 @@ def test_guard_carries_its_reference_across_a_change_and_clears_its_span():
     assert g.reference == pytest.approx(20.0)
 
 
+def test_16_bit_configurations_keep_their_precision_through_the_state():
+    # wire="auto" measures one partition and credit at two precisions: two configurations, also after a restore
+    a16 = Config(MiB, MiB, "bf16")
+    d = RegimeDetector(0.15, rate_rise=0.5)
+    d.observe(A, 100.0, rate=50e6)
+    assert not d.observe(a16, 180.0, rate=60e6)
+    e = RegimeDetector(0.15, rate_rise=0.5)
+    e.load_state_dict(json.loads(json.dumps(d.state_dict())))
+    assert e.last == {A: 100.0, a16: 180.0} and e.rates == {A: 50e6, a16: 60e6}
+    assert not e.observe(a16, 175.0) and e.observe(A, 180.0)  # each compared with itself only
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, a16, 60.0, 10, False)
+    assert g.trip(20, a16) is not None
+    h = HarmGuard(A, budget=0.03, span=50)
+    h.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    assert h.state_dict() == g.state_dict() and h._tripped is not None and h._tripped[0] == a16
+
+
 def test_guard_state_round_trips():
     g = HarmGuard(A)
     g.record(10, A, 100.0, 10, False)
