@@ -38,7 +38,7 @@ every variant), every configuration still ranked by prediction (measured ones in
 
 Run (numpy, one core, about 10 seconds)::
 
-    OMP_NUM_THREADS=1 python benchmarks/predictor_recall.py --gpu --m 3,4 --out docs/figures/predictor_recall
+    OMP_NUM_THREADS=1 python benchmarks/predictor_recall.py --gpu --m 2,3,4 --out docs/figures/predictor_recall
 
 ``--gpu`` adds the GPU bench summaries (``docs/figures/bench_gpu_h*``): their windows' features are not stored,
 so they are reported apart: the static configurations' measured ranking of each run against the configuration
