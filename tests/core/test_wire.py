@@ -137,17 +137,37 @@ def test_the_inner_tuner_sees_fp32_and_a_change_of_precision_as_changed_conditio
     assert configs[-1] == Config(MiB, 2 * MiB, "bf16")
 
 
-def test_checks_wait_during_the_comparison_and_reach_the_inner_tuner_after():
+def test_a_comparison_moves_at_a_check_only_without_doubt_and_the_inner_tuner_gets_checks_after():
     class Ends(Recorder):
         def check(self, o: Observation) -> Decision | None:
             return Decision(Config(MiB, MiB), "ended early")
 
-    t = WireTuner(Ends())
+    t = WireTuner(Ends(), AutoWire(windows=3))
     current = t.start(tc.SPACE, START)
-    assert t.check(obs(current, 100.0, 5, window_share=0.5)) is None
+    d = t.check(obs(current, 100.0, 5, window_share=0.5))  # the first fp32 measurement: try bf16 at once
+    assert d is not None and d.reason.startswith("wire trial, for speed: bf16 against fp32")
+    assert t._speeds == {"fp32": [100.0]}
+    bf16 = replace(START, wire="bf16")
+    assert t.observe(obs(bf16, 104.0, 20)) is None  # 1.04x: in doubt, 3 windows each
+    before = json.dumps(t.state_dict())
+    assert t.check(obs(bf16, 104.0, 25, window_share=0.5)) is None
+    assert json.dumps(t.state_dict()) == before  # a check that moves nothing keeps nothing
+    # once chosen, checks reach the inner tuner, at the chosen precision
     run(t, [(True, 6)])
-    d = t.check(obs(replace(START, wire="bf16"), 160.0, 75, window_share=0.5))
+    d = t.check(obs(bf16, 160.0, 175, window_share=0.5))
     assert d is not None and d.config == Config(MiB, MiB, "bf16") and d.reason.endswith("ended early")
+
+
+def test_a_gain_half_the_bytes_cannot_explain_starts_the_comparison_again():
+    # fp32 measured before the link slowed, bf16 after it: 0.245x is no comparison of precisions
+    t = WireTuner()
+    current = t.start(tc.SPACE, START)
+    d = t.observe(obs(current, 400.0, 10))
+    d = t.observe(obs(d.config, 98.0, 20))
+    assert d is not None and d.config.wire == "fp32" and "again (bf16 measured 0.24x fp32" in d.reason and t.chosen is None
+    assert t._speeds == {"bf16": [98.0]}
+    t.observe(obs(d.config, 51.0, 30))
+    assert t.chosen == "bf16" and t.choices[-1]["gain"] == pytest.approx(98.0 / 51.0)
 
 
 def test_state_round_trip_mid_comparison():
