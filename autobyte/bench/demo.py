@@ -42,7 +42,6 @@ from typing import Any, Callable
 
 from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
-from ..core.wire import AutoWire
 from ._real import check_rates
 
 
@@ -281,15 +280,14 @@ def run_demo(plan: DemoPlan, out: str, log: Callable[[str], None] = print) -> di
                   "current conditions):",
                   f"  share of iterations at 16 bits, {spread}: "
                   + ", ".join(f"{label.get(k, k)} {_spread([100 * x for x in share[k]], '{:.0f}%')}" for k in kinds)]
-        n_before = AutoWire().windows
         for rnd, (moves, choices) in enumerate(zip(wire_moves, wire_choices)):
-            events = [(r["iteration"], f"-> {Config.from_dict(r['new'])}  because {r['reason']}") for r in moves]
+            # a move's reason travels cut to the window protocol's REASON_BYTES: the tuner's choices have it whole
+            events = [(r["iteration"], f"-> {Config.from_dict(r['new'])}  because "
+                       + next((c["reason"] for c in choices if c["reason"].startswith(r["reason"])), r["reason"])) for r in moves]
             # a choice that kept the precision in force is in the tuner's choices only
             events += [(c["iteration"], f"kept {c['wire']}  because {c['reason']}") for c in choices
-                       if not any(c["reason"] in r["reason"] for r in moves)]
-            lines.append(f"  round {rnd + 1}:" + ("" if events else
-                         f" fp32 throughout: no conditions lasted the {n_before} windows of {plan.window_iters} iterations "
-                         "measured before 16 bits are tried"))
+                       if not any(c["reason"].startswith(r["reason"]) for r in moves)]
+            lines.append(f"  round {rnd + 1}:" + ("" if events else " fp32 throughout (16 bits were not tried)"))
             for it, text in sorted(events, key=lambda e: e[0]):
                 lines.append(f"    iteration {it:>3} ({phase(it)}): {text}")
     summary["seconds"] = time.monotonic() - t0

@@ -24,6 +24,11 @@ WIRE_MOVE = {"iteration": 12, "old": {"partition_bytes": 4_000_000, "credit_byte
              "reason": "wire trial, for speed: bf16 against fp32 (measured 80.0 samples/s in these conditions)"}
 WIRE_KEPT = {"iteration": 30, "wire": "bf16", "gain": 1.3,
              "reason": "wire bf16, for speed: measured 1.300x fp32 in these conditions"}
+#: a choice that moved: its reconfiguration's reason is cut to the window protocol's 96 bytes
+WIRE_CHOSEN = {"iteration": 24, "wire": "fp32", "gain": 1.01,
+               "reason": "wire fp32, for exactness: bf16 measured 1.010x fp32 in these conditions (80.8 against 80.0 samples/s, "
+                         "1 and 1 windows), below 1 + min_gain = 1.05"}
+WIRE_BACK = {"iteration": 24, "old": WIRE_MOVE["new"], "new": WIRE_MOVE["old"], "reason": WIRE_CHOSEN["reason"][:96]}
 
 
 def _fake_job(spec: dict[str, Any], out: str, plan: DemoPlan, shaped: bool) -> list[dict[str, Any]]:
@@ -42,10 +47,10 @@ def _fake_job(spec: dict[str, Any], out: str, plan: DemoPlan, shaped: bool) -> l
         f.write(json.dumps({"iteration": 9, "config": [1 << 20, 4 << 20], "reason": "predicted faster"}) + "\n")
     with open(os.path.join(out, "reconfigurations.jsonl"), "w") as f:
         if spec.get("wire") == "auto":
-            f.write(json.dumps(WIRE_MOVE) + "\n")
+            f.write(json.dumps(WIRE_MOVE) + "\n" + json.dumps(WIRE_BACK) + "\n")
     with open(os.path.join(out, "wire_choices.jsonl"), "w") as f:
         if spec.get("wire") == "auto":
-            f.write(json.dumps(WIRE_KEPT) + "\n")
+            f.write(json.dumps(WIRE_CHOSEN) + "\n" + json.dumps(WIRE_KEPT) + "\n")
     return rows
 
 
@@ -81,7 +86,7 @@ def test_every_ratio_is_taken_within_a_round(tmp_path, fake_jobs):
     assert share["fast"] == pytest.approx([8 / 17] * 3) and share["slow"] == [1.0] * 3
     assert all(0 <= x <= 1 for v in share.values() for x in v)
     # the wire's decisions: the move, and a choice that kept the precision in force
-    assert s["wire_decisions"] == [[WIRE_MOVE]] * 3 and s["wire_choices"] == [[WIRE_KEPT]] * 3
+    assert s["wire_decisions"] == [[WIRE_MOVE, WIRE_BACK]] * 3 and s["wire_choices"] == [[WIRE_CHOSEN, WIRE_KEPT]] * 3
     text = "\n".join(lines)
     assert "| DDP + fp16_compress_hook | " in text and "| AutoByte, wire='auto' | " in text
     assert "Speed-up over DDP + fp16_compress_hook (what a link-bound user runs instead) in the same round" in text
@@ -89,6 +94,9 @@ def test_every_ratio_is_taken_within_a_round(tmp_path, fake_jobs):
     assert "share of iterations at 16 bits, median (min-max) of 3 rounds: fast (500 Mbit/s) 47% (47%-47%)" in text
     assert ("iteration  12 (fast): -> <partition 3.8147 MiB, credit 4X, bf16>  because wire trial, for speed" in text)
     assert "iteration  30 (slow): kept bf16  because wire bf16, for speed: measured 1.300x fp32" in text
+    # the move back to fp32 is said once, with its whole reason
+    assert f"iteration  24 (slow): -> <partition 3.8147 MiB, credit 4X>  because {WIRE_CHOSEN['reason']}" in text
+    assert "kept fp32" not in text
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["autobyte_wire"]["speedup_vs_ddp_hook"]
     # what each job was asked to run
     assert {json.dumps(x, sort_keys=True) for x in fake_jobs} >= {
