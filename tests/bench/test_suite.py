@@ -511,8 +511,9 @@ def test_slowed_rank_sleeps_its_factor_of_the_given_compute_time(tmp_path):
             "slowdown": [[2, 4, 1, 3.0]], "compute_s": 0.5}
     its = _run(spec, "const:2000", str(tmp_path), plan, lambda *_: None)
     secs = [r["seconds"] for r in its]
-    # rank 1 sleeps (3 - 1) x 0.5 s in iterations 2 and 3; rank 0 waits for it in the all-reduce
-    assert min(secs[2:4]) >= 1.0, secs
+    # rank 1 sleeps (3 - 1) x 0.5 s in iterations 2 and 3; rank 0 waits for it in the all-reduce. Rank 0's
+    # iteration boundaries may shift by part of an unslowed iteration against rank 1's, never the sleeps' sum
+    assert sum(secs[2:5]) >= 1.95 and min(secs[2:4]) >= 0.8, secs
     assert sorted(secs[:2] + secs[4:])[1] < 0.9, secs
     assert json.loads((tmp_path / "rank1.json").read_text())["compute_s"] == 0.5
 

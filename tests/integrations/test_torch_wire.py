@@ -86,10 +86,11 @@ def test_a_wire_change_mid_run_applies_at_its_iteration_and_loses_no_update(tmp_
         assert len(moves) == 1 and moves[0]["new"]["wire"] == "bf16" and moves[0]["old"]["wire"] == "bf16"
         assert all("wire" not in c for c in tuned["tuner_configs"])  # the tuner saw fp32 configurations
         assert gap(params(a, "tuned"), params(a, "tuned_reference")) == 0.0
-        # wire="auto": the tuner measured fp32, then tried bf16 from an agreed iteration (what it chooses after
-        # depends on this host's timing: tests/core/test_wire.py checks the choice); every step at its precision
+        # wire="auto": the tuner measured fp32, then tried bf16 from an agreed iteration (at a check or a window's
+        # end; what it chooses after depends on this host's timing: tests/core/test_auto_wire.py checks the choice);
+        # every step at its precision
         auto = i["auto"]
-        assert auto["wires"][:2] == ["fp32", "fp32"] and "bf16" in auto["wires"], auto
+        assert auto["wires"][0] == "fp32" and "bf16" in auto["wires"], auto
         assert auto["reasons"][0].startswith("wire trial, for speed: bf16 against fp32"), auto
         assert gap(params(a, "auto"), params(a, "auto_reference")) == 0.0
     assert info[0]["auto"]["wires"] == info[1]["auto"]["wires"]  # one schedule of precisions on every rank
