@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--low-mbit", type=float, default=200.0, help="the link-bound phases' rate (200)")
     ap.add_argument("--phase", type=int, default=200, help="iterations per phase (200)")
     ap.add_argument("--phases", type=int, default=4, help="phases, starting compute-bound (4)")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of bf16 and auto (fp32 runs in the first only) (2)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of bf16 and auto (2)")
+    ap.add_argument("--fp32-rounds", type=int, default=1, help="rounds that also run static fp32, the first ones (1)")
     ap.add_argument("--skip", type=int, default=5, help="untimed iterations at the start of every run (5)")
     ap.add_argument("--timeout-s", type=float, default=3600.0)
     ap.add_argument("--rank", help=argparse.SUPPRESS)
@@ -166,12 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("phase", "phases", "rounds"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be a positive integer, but got {getattr(args, name)}.")
+    if not 0 <= args.fp32_rounds <= args.rounds:
+        ap.error(f"--fp32-rounds must be between 0 and --rounds ({args.rounds}), but got {args.fp32_rounds}.")
     if args.skip >= args.phase:
         ap.error(f"--skip must be below --phase ({args.phase}), but got {args.skip}.")
     runs: dict[str, list[dict[str, Any]]] = {}
     for k in range(args.rounds):
         order = ["auto", "bf16"] if k % 2 == 0 else ["bf16", "auto"]
-        if k == 0:
+        if k < args.fp32_rounds:
             order.append("fp32")
         for m in order:
             t = time.time()

@@ -20,7 +20,7 @@ def bench():
     return mod
 
 
-ARGS = argparse.Namespace(phase=4, phases=2, skip=1, high_mbit=10000.0, low_mbit=200.0, rounds=2, timeout_s=60.0, out="x", rank=None)
+ARGS = argparse.Namespace(phase=4, phases=2, skip=1, fp32_rounds=1, high_mbit=10000.0, low_mbit=200.0, rounds=2, timeout_s=60.0, out="x", rank=None)
 
 
 def run(method, fast_s, slow_s, wires):
@@ -53,6 +53,7 @@ def test_the_summary_of_known_runs(bench):
     ([], "--out is required"),
     (["--out", "x", "--phase", "0"], "--phase must be a positive integer, but got 0."),
     (["--out", "x", "--phase", "10", "--skip", "10"], "--skip must be below --phase (10), but got 10."),
+    (["--out", "x", "--rounds", "1", "--fp32-rounds", "2"], "--fp32-rounds must be between 0 and --rounds (1), but got 2."),
 ])
 def test_bad_arguments_are_refused_naming_the_flag(bench, capsys, argv, message):
     with pytest.raises(SystemExit):
