@@ -172,12 +172,12 @@ class WireTuner(Tuner):
         if not obs.mixed and obs.window_share >= 0.5 and math.isfinite(obs.speed) and obs.speed > 0:
             self._speeds.setdefault(here, []).append(obs.speed)
         other = pref.low if here == "fp32" else "fp32"
+        goal = "exactness" if other == "fp32" else "speed"  # what a trial of the other precision is for
         need = self._needed()
         if len(self._speeds.get(here, [])) < need:
             return None
         if len(self._speeds.get(other, [])) < need:
             measured = statistics.median(self._speeds[here])
-            goal = "exactness" if other == "fp32" else "speed"
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
         fast, slow = statistics.median(self._speeds[pref.low]), statistics.median(self._speeds["fp32"])
@@ -186,9 +186,8 @@ class WireTuner(Tuner):
             # half the bytes cannot make that difference: conditions changed between the two measurements without
             # the controller seeing it; the measurement just taken is of the conditions now: compare again from it
             self._speeds = {here: [self._speeds[here][-1]]}
-            return Decision(replace(at, wire=other), f"wire trial, for {'exactness' if other == 'fp32' else 'speed'}: {other} "
-                                                      f"against {here} again ({pref.low} measured {gain:.2f}x fp32: conditions "
-                                                      "changed between the two)")
+            return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} again ({pref.low} "
+                                                      f"measured {gain:.2f}x fp32: conditions changed between the two)")
         counts = f"{len(self._speeds[pref.low])} and {len(self._speeds['fp32'])} windows"
         if gain >= 1 + pref.min_gain:
             self.chosen = pref.low
