@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_wire_auto", ROOT / "benchmarks" / "bench_wire_auto.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("bench_wire_auto")
 
 
 ARGS = argparse.Namespace(phase=4, phases=2, skip=1, fp32_rounds=1, high_mbit=10000.0, low_mbit=200.0, rounds=2, timeout_s=60.0, out="x", rank=None)
