@@ -195,11 +195,7 @@ class Scenario:
 
     def starts(self) -> list[int]:
         """First iteration of each phase."""
-        out, k = [], 0
-        for p in self.phases:
-            out.append(k)
-            k += p.iters
-        return out
+        return _starts(self.phases)
 
     def conditions(self) -> list[Condition]:
         """Distinct conditions, in order of first appearance."""
@@ -213,29 +209,97 @@ class Scenario:
 
     def trace(self) -> Any:
         """The iteration-keyed :class:`~autobyte.testbed.BandwidthTrace` of the phases (rates and flows)."""
-        from ..testbed import BandwidthTrace, CompetingFlow
-
-        changes: list[Any] = []
-        flows: list[Any] = []
-        prev: Condition | None = None
-        joined: int | None = None  # first iteration of the current run of flow phases
-        for start, p in zip(self.starts(), self.phases):
-            c = p.condition
-            if prev is None or (c.mbit, c.rank1_up_mbit) != (prev.mbit, prev.rank1_up_mbit):
-                changes += c.rate_changes(start)
-            if c.flow and joined is None:
-                joined = start
-            elif not c.flow and joined is not None:
-                flows.append(CompetingFlow(joined, 3600.0, 1, 0, unit="it", until=start))
-                joined = None
-            prev = c
-        if joined is not None:  # runs to the end: stopped with the run
-            flows.append(CompetingFlow(joined, 3600.0, 1, 0, unit="it"))
-        return BandwidthTrace(tuple(changes), tuple(flows))
+        return phases_trace(self.phases)
 
     def slowdown(self) -> list[list[Any]]:
         """The rank script's ``slowdown`` spec: ``[[first, end, rank, factor], ...]``."""
-        return [e for s, p in zip(self.starts(), self.phases) for e in condition_slowdown(p.condition, s, s + p.iters)]
+        return phases_slowdown(self.phases)
+
+    def entered_from(self, c: Condition) -> Condition | None:
+        """The condition the trace leaves for ``c``: of the conditions a phase of ``c`` follows, the one followed by
+        the most of ``c``'s iterations (ties: the first in the trace); ``None`` when no phase of ``c`` follows another
+        condition (``c`` only starts the trace). A grid of ``c`` is measured after this transition (:func:`grid_phases`)."""
+        return entered_from(self.phases, c)
+
+
+def _starts(phases: Sequence[Phase]) -> list[int]:
+    out, k = [], 0
+    for p in phases:
+        out.append(k)
+        k += p.iters
+    return out
+
+
+def phases_trace(phases: Sequence[Phase]) -> Any:
+    """The iteration-keyed :class:`~autobyte.testbed.BandwidthTrace` of ``phases`` (rates and competing flows)."""
+    from ..testbed import BandwidthTrace, CompetingFlow
+
+    changes: list[Any] = []
+    flows: list[Any] = []
+    prev: Condition | None = None
+    joined: int | None = None  # first iteration of the current run of flow phases
+    for start, p in zip(_starts(phases), phases):
+        c = p.condition
+        if prev is None or (c.mbit, c.rank1_up_mbit) != (prev.mbit, prev.rank1_up_mbit):
+            changes += c.rate_changes(start)
+        if c.flow and joined is None:
+            joined = start
+        elif not c.flow and joined is not None:
+            flows.append(CompetingFlow(joined, 3600.0, 1, 0, unit="it", until=start))
+            joined = None
+        prev = c
+    if joined is not None:  # runs to the end: stopped with the run
+        flows.append(CompetingFlow(joined, 3600.0, 1, 0, unit="it"))
+    return BandwidthTrace(tuple(changes), tuple(flows))
+
+
+def phases_slowdown(phases: Sequence[Phase]) -> list[list[Any]]:
+    """The rank script's ``slowdown`` spec of ``phases``: ``[[first, end, rank, factor], ...]``."""
+    return [e for s, p in zip(_starts(phases), phases) for e in condition_slowdown(p.condition, s, s + p.iters)]
+
+
+def entered_from(phases: Sequence[Phase], c: Condition) -> Condition | None:
+    """:meth:`Scenario.entered_from` of a list of phases."""
+    after: dict[Condition, int] = {}  # iterations of c per condition it follows, in order of first appearance
+    prev: Condition | None = None
+    came: Condition | None = None  # the condition the current run of c's phases came from
+    for p in phases:
+        if p.condition != prev:
+            came = prev
+        if p.condition == c and came is not None:
+            after[came] = after.get(came, 0) + p.iters
+        prev = p.condition
+    return max(after, key=after.__getitem__) if after else None  # max keeps the first of equals
+
+
+def grid_phases(c: Condition, before: Condition | None, n_configs: int, iters: int, warmup: int) -> tuple[Phase, ...]:
+    """The phases a grid of condition ``c`` runs under: each configuration's ``warmup`` iterations (and the job's start)
+    under ``before``, the condition the trace leaves for ``c`` (:meth:`Scenario.entered_from`), and its ``iters``
+    measured iterations under ``c``, so each is measured after the transition the trace makes into ``c``, as it runs
+    there. ``before`` ``None`` (or no warm-up): ``c`` throughout. The layout is the sweep's
+    (:func:`autobyte.bench._rank_plan.iteration_plan`: the job's start, then per configuration its warm-up and its
+    measured iterations).
+
+    Raises:
+        ValueError: ``n_configs`` or ``iters`` not a positive integer, ``warmup`` not an integer >= 0, ``c`` or
+            ``before`` not a :class:`Condition`.
+    """
+    from ._rank_plan import START_ITERS
+
+    check_int("n_configs", n_configs)
+    check_int("iters", iters)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, but got warmup={warmup!r}.")
+    for name, v in (("c", c), ("before", before)):
+        if not isinstance(v, Condition) and not (name == "before" and v is None):
+            raise ValueError(f"{name} must be a Condition{' or None' if name == 'before' else ''}, but got {name}={v!r}.")
+    total = START_ITERS + n_configs * (warmup + iters)
+    if before is None or before == c or warmup == 0:
+        return (Phase(total, c),)
+    out = [Phase(START_ITERS + warmup, before), Phase(iters, c)]
+    for _ in range(n_configs - 1):
+        out += [Phase(warmup, before), Phase(iters, c)]
+    return tuple(out)
 
 
 def condition_slowdown(c: Condition, first: int = 0, end: int = 10**9) -> list[list[Any]]:
@@ -244,7 +308,7 @@ def condition_slowdown(c: Condition, first: int = 0, end: int = 10**9) -> list[l
 
 
 def condition_trace(c: Condition) -> Any:
-    """A trace that holds condition ``c`` for a whole run (what a grid is measured on)."""
+    """A trace that holds condition ``c`` for a whole run (what BO searches on)."""
     from ..testbed import BandwidthTrace, CompetingFlow
 
     flows = (CompetingFlow(0, 3600.0, 1, 0, unit="it"),) if c.flow else ()

@@ -5,8 +5,12 @@ phases; each phase has a condition (link rates, a competing TCP flow or not,
 one worker's compute slowed down or not). The suite runner (:func:`run_suite`)
 reuses ``autobyte bench``'s mechanism (:func:`autobyte.bench._real._run`):
 
-1. a grid of configs is measured once per distinct (model, batch, condition),
-   on a trace that holds that condition for the whole run;
+1. a grid of configs is measured once per distinct (model, batch, condition,
+   the condition the trace enters it from): each config's warm-up under the
+   condition the trace leaves for this one, its measured iterations under this
+   one, so every config is measured after the transition the trace makes
+   (:func:`~autobyte.bench._scenarios.grid_phases`); a condition the trace
+   only starts with is held for the whole grid;
 2. from the grids: the per-phase **oracle** (each phase switches to its
    condition's best config) and the **best static config in hindsight** (the
    one grid config minimising the predicted time of the whole trace:
@@ -38,7 +42,7 @@ from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
 from ..core.tuners import import_tuners
 from ._real import BASELINE, read_runs
-from ._scenarios import SUITES, Condition, Scenario, Suite, condition_trace
+from ._scenarios import SUITES, Condition, Scenario, Suite, condition_trace, grid_phases, phases_slowdown, phases_trace
 from ._suite_report import N_WORKERS, is_tuner, summarize_scenario, summarize_suite, throughput, write_suite
 
 #: Methods every suite knows; any registered tuner also runs as ``tuner:NAME``.
@@ -245,7 +249,7 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
     grid = suite.grid()
     log(f"autobyte bench --suite {suite.name}: {len(plan.selected())} scenario(s), {plan.repeats} repeat(s), "
         f"methods {', '.join(plan.methods)}")
-    cache: dict[tuple[str, Condition], dict[Config, float]] = {}
+    cache: dict[tuple[str, Condition | None, Condition], dict[Config, float]] = {}
     compute: dict[tuple[str, int], float] = {}
     summaries = []
     for sc in plan.selected():
@@ -263,17 +267,21 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
                 log(f" {sc.model} batch {sc.batch_size}: {compute[key_c]:.3f} s of local compute per iteration (the slowdown's unit)")
             base["compute_s"] = compute[key_c]
         grids: dict[Condition, dict[Config, float]] | None = None
+        grid_after: dict[str, str | None] = {}  # per condition: the condition its grid's warm-ups ran under
         if {"hindsight", "oracle"} & set(plan.methods):
             grids = {}
             for c in sc.conditions():
-                key = (sc.model_key, c)
+                before = sc.entered_from(c) if suite.grid_warmup > 0 else None
+                key = (sc.model_key, before, c)
                 if key not in cache:
-                    log(f" grid at {c.key} ({len(grid)} configs)")
-                    d = os.path.join(out, "grids", f"{sc.model_key}-{c.key}")
-                    _run(dict(_sweep_spec(grid, suite.grid_iters, suite.grid_warmup), slowdown=condition_slowdown(c), **base),
-                         condition_trace(c), d, plan, log, sc.arch)
+                    log(f" grid at {c.key}{'' if before is None else f' after {before.key}'} ({len(grid)} configs)")
+                    d = os.path.join(out, "grids", f"{sc.model_key}-{c.key}" + ("" if before is None else f"-after-{before.key}"))
+                    ph = grid_phases(c, before, len(grid), suite.grid_iters, suite.grid_warmup)
+                    _run(dict(_sweep_spec(grid, suite.grid_iters, suite.grid_warmup), slowdown=phases_slowdown(ph), **base),
+                         phases_trace(ph), d, plan, log, sc.arch)
                     cache[key] = _read_sweep(d)
                 grids[c] = cache[key]
+                grid_after[c.key] = None if before is None else before.key
         bo_config = None
         if "bo" in plan.methods:
             c0 = sc.phases[0].condition
@@ -312,6 +320,7 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
             s["configs"]["oracle_phases"] = specs["oracle"]["phases"]
         if grids is not None:
             s["grids"] = {c.key: {f"{k.partition_bytes},{k.credit_bytes}": v for k, v in g.items()} for c, g in grids.items()}
+            s["grid_after"] = grid_after
             h = Config(*specs["hindsight"]["config"])
             s["hindsight_predicted_samples_per_s"] = sc.batch_size * N_WORKERS * sc.iters / predicted_seconds(sc, grids, h)
         write_scenario(sc, runs, decisions, s, d_sc)

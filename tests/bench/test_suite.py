@@ -488,6 +488,10 @@ def test_smoke_suite_runs_for_real(tmp_path, monkeypatch):
     assert len(its) == 8 and [r["config"] for r in its][4:] == [sc["configs"]["oracle_phases"][1][1]] * 4
     events = [json.loads(line) for line in (d / "events.jsonl").read_text().splitlines()]
     assert [(e["iteration"], e["up_mbit"]) for e in events if e["event"] == "rate"] == [(4, 300.0)]
+    # 300 Mbit/s follows 2000 in the trace: its grid warms each config up at 2000 and measures it at 300
+    assert sc["grid_after"] == {"2000mbit": None, "300mbit": "2000mbit"}
+    grid_events = [json.loads(line) for line in (tmp_path / "grids" / "cnn-bs8-300mbit-after-2000mbit" / "events.jsonl").read_text().splitlines()]
+    assert [(e["iteration"], e["up_mbit"]) for e in grid_events if e["event"] == "rate"] == [(2, 300.0), (4, 2000.0), (5, 300.0)]
     assert len((tmp_path / "smoke" / "iterations.csv").read_text().splitlines()) == 1 + 3 * 8
     assert (tmp_path / "suite_summary.md").read_text().count("| smoke |") == 3
     assert (tmp_path / "smoke" / "throughput.png").stat().st_size > 1000
