@@ -41,6 +41,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from ..core import BYTESCHEDULER_DEFAULT, Config
 from ..core._checks import check_int
 from ..core.tuners import import_tuners
+from ._headroom import STATIC, analyse_runs, finite
 from ._real import BASELINE, read_runs
 from ._scenarios import SUITES, Condition, Scenario, Suite, condition_trace, grid_phases, phases_slowdown, phases_trace
 from ._suite_report import N_WORKERS, is_tuner, summarize_scenario, summarize_suite, throughput, write_suite
@@ -83,6 +84,18 @@ def read_iterations(path: str | os.PathLike[str]) -> dict[tuple[str, int], list[
         ValueError: a column missing, or a value that is not a number where one belongs (file and line named).
     """
     return read_runs(path, ITERATION_FIELDS, "a suite's iterations.csv", _iteration_row, lambda r: (r.method, r.repeat))
+
+
+def iteration_rows(sc: Scenario, runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]) -> dict[tuple[str, int], list[IterationRow]]:
+    """The rows :func:`read_iterations` reads back from a scenario's ``iterations.csv``, made from the runs in memory
+    (``runs[method][repeat]``: that run's iterations as the rank script wrote them)."""
+    out: dict[tuple[str, int], list[IterationRow]] = {}
+    for m, reps in runs.items():
+        for r, its in enumerate(reps):
+            rows = [IterationRow(m, r, int(x["iteration"]), sc.condition_at(int(x["iteration"])).key, float(x["seconds"]),
+                                 float(x["samples_per_s"]), Config(*x["config"]) if x.get("config") else None) for x in its]
+            out[(m, r)] = sorted(rows, key=lambda row: row.iteration)
+    return out
 
 
 def _positive_number(name: str, value: Any) -> float:
@@ -323,6 +336,8 @@ def run_suite(plan: SuitePlan, out: str, log: Any = print) -> dict[str, Any]:
             s["grid_after"] = grid_after
             h = Config(*specs["hindsight"]["config"])
             s["hindsight_predicted_samples_per_s"] = sc.batch_size * N_WORKERS * sc.iters / predicted_seconds(sc, grids, h)
+        if set(STATIC) <= set(plan.methods):  # what any tuner could win here, against the noise (benchmarks/headroom.py's)
+            s["headroom"] = finite(analyse_runs(iteration_rows(sc, runs), s, window=suite.window_iters))
         write_scenario(sc, runs, decisions, s, d_sc)
         summaries.append(s)
         write_suite(summarize_suite(suite.name, plan.repeats, summaries), out)  # a partial table survives an interrupted suite

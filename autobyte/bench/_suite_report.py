@@ -15,6 +15,7 @@ import os
 import statistics
 from typing import Any, Mapping, Sequence
 
+from ._headroom import render as render_headroom
 from ._real import BASELINE
 from ._scenarios import TAGS, Scenario
 
@@ -280,7 +281,28 @@ def table_md(summary: Mapping[str, Any]) -> str:
             for m, v in g["methods"].items():
                 lines.append(f"| {base if m == 'ddp' else m} | " + " | ".join(_ratio(v[ref]) for ref in REFS) + " |")
         lines.append("")
+    lines += headroom_lines(summary["scenarios"])
     return "\n".join(lines) + "\n"
+
+
+def headroom_lines(scenarios: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The summary's headroom section (``benchmarks/headroom.py``'s figures for this run), for the scenarios that
+    carry them (a run of both ``bytescheduler`` and ``hindsight``); none: no lines."""
+    rooms = [dict(s["headroom"], scenario=s["name"]) for s in scenarios if s.get("headroom")]
+    if not rooms:
+        return []
+    window = ", ".join(sorted({str(r["window"]) for r in rooms if "window" in r}))
+    return ["### What any tuner could win here, against the noise", "",
+            "`benchmarks/headroom.py`'s figures for this run, from the continuous runs of ByteScheduler's default and "
+            "hindsight. **Hindsight vs default**: whole runs (medians). **Switching headroom**: the run's time if every "
+            "condition ran at the faster of the two, composed from the measured phases, over hindsight throughout (an "
+            "optimistic bound for a tuner that switches between them); in brackets the same over every grid "
+            "configuration as the grids predict it. **Sigma of a run**: one static configuration's whole-run scatter "
+            "between repeats (a median of 2 repeats resolves about twice it). Per condition: **the gain to find** "
+            "(hindsight's steady speed over the default's; in brackets the grid's), **a window's scatter** "
+            f"({window}-iteration windows, the tuner's checks), the **windows per configuration** a comparison needs "
+            "to tell that gain (one-sided 5%, power 80%) against **the windows a phase holds**. `-`: too little data "
+            "(one repeat, phases shorter than two windows) or no gain.", "", render_headroom(rooms), ""]
 
 
 def write_suite(summary: Mapping[str, Any], out: str) -> None:

@@ -1,12 +1,19 @@
-"""The ``realistic`` suite's constraints and grids measured after the trace's own transitions."""
+"""The ``realistic`` suite's constraints, grids measured after the trace's own transitions, and the headroom figures
+beside every suite run (``suite_summary.md``)."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 
+from autobyte.bench._headroom import analyse_runs, finite
 from autobyte.bench._rank_plan import iteration_plan
 from autobyte.bench._real import _sweep_spec
-from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario, entered_from, grid_phases, phases_slowdown, phases_trace
+from autobyte.bench._scenarios import SUITES, Condition, Phase, Scenario, Suite, entered_from, grid_phases, phases_slowdown, phases_trace
+from autobyte.bench._suite import SuitePlan, iteration_rows, read_iterations, run_suite
+from autobyte.bench._suite_report import summarize_scenario, summarize_suite, table_md
 from autobyte.core import KiB, MiB, Config
 
 FAST, SLOW = Condition(2000), Condition(200)
@@ -83,3 +90,103 @@ def test_a_grid_warms_each_config_up_under_the_condition_before_and_measures_it_
 def test_grid_phases_rejects_bad_values(args, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         grid_phases(*args)
+
+
+# -- the suite run, its processes faked: grids after transitions, headroom in the summary ----------
+
+def _fake_run(calls: list):
+    """``_real._run`` without processes: a config's iteration takes 0.1 s at 2000 Mbit/s and 0.4 s at 200, hindsight's
+    config <1 MiB, 2X> 5% less at 200 Mbit/s; a sweep writes its grid as the rank script would."""
+    import os
+
+    def run(spec, trace, out_dir, plan, log, arch=None):
+        os.makedirs(out_dir, exist_ok=True)
+        calls.append((os.path.basename(out_dir), spec, trace))
+        rate = {}
+        for c in trace.changes:
+            rate[c.at] = c.up_mbit
+        n, switch, sweep = iteration_plan(spec)
+
+        def secs(k: int, cfg: list[int] | None) -> float:
+            mbit = rate[max(a for a in rate if a <= k)]
+            good = cfg == [1 * MiB, 2 * MiB]
+            return 0.1 if mbit == 2000 else (0.38 if good else 0.4)
+
+        cfg = spec.get("config")
+        its = []
+        for k in range(n):
+            if k in switch:
+                cfg = [switch[k].partition_bytes, switch[k].credit_bytes]
+            s = secs(k, cfg)
+            its.append({"iteration": k, "seconds": s, "samples_per_s": 16 / s, "config": cfg})
+        with open(os.path.join(out_dir, "decisions.jsonl"), "w"):
+            pass
+        if sweep:
+            warm, per = int(spec["warmup"]), int(spec["iters_per_config"])
+            with open(os.path.join(out_dir, "sweep.jsonl"), "w") as f:
+                for first, c in sweep:
+                    seg = its[first + warm:first + warm + per]
+                    f.write(json.dumps({"config": [c.partition_bytes, c.credit_bytes],
+                                        "samples_per_s": 16 * len(seg) / sum(x["seconds"] for x in seg)}) + "\n")
+        return its
+    return run
+
+
+def test_a_suite_run_measures_grids_after_transitions_and_prints_the_headroom(tmp_path, monkeypatch):
+    from autobyte.bench import _real
+    from autobyte.testbed import _netns
+
+    calls: list = []
+    monkeypatch.setattr(_real, "_run", _fake_run(calls))
+    monkeypatch.setattr(_netns, "require_root", lambda: None)
+    sc = Scenario("step", "cnn", tuple(Phase(20, c) for c in (FAST, SLOW) * 2), "heldout", 8, "a step")
+    monkeypatch.setitem(SUITES, "t", Suite("t", (sc,), partitions=(1 * MiB, 4 * MiB), credits=(2, 4), grid_iters=3,
+                                           grid_warmup=2, window_iters=5, repeats=2))
+    s = run_suite(SuitePlan("t", methods=["bytescheduler", "hindsight"]), str(tmp_path), log=lambda *_: None)
+    grids = {name: trace for name, spec, trace in calls if spec["method"] == "sweep"}
+    # FAST first starts the trace, then follows SLOW twice: measured after SLOW; SLOW after FAST
+    assert sorted(grids) == ["cnn-bs8-2000mbit-after-200mbit", "cnn-bs8-200mbit-after-2000mbit"]
+    assert [(c.at, c.up_mbit) for c in grids["cnn-bs8-2000mbit-after-200mbit"].changes][:4] == [
+        (0, 200.0), (3, 2000.0), (6, 200.0), (8, 2000.0)]
+    summary = s["scenarios"][0]
+    assert summary["grid_after"] == {"2000mbit": "200mbit", "200mbit": "2000mbit"}
+    assert summary["configs"]["hindsight"] == [1 * MiB, 2 * MiB]
+    room = summary["headroom"]
+    assert room["hindsight_vs_default"] > 1 and room["switch_headroom"] == pytest.approx(1.0)
+    by = {c["condition"]: c for c in room["conditions"]}
+    assert by["200mbit"]["gain"] == pytest.approx(0.4 / 0.38 - 1) and by["2000mbit"]["gain"] == pytest.approx(0.0)
+    assert by["2000mbit"]["windows_needed"] is None  # no gain: never told apart (inf, written as null)
+    md = (tmp_path / "suite_summary.md").read_text()
+    assert "### What any tuner could win here, against the noise" in md
+    assert "| step (heldout) | " in md and "| step | 200mbit (2 x 20, " in md and "5-iteration windows" in md
+    # the same figures as benchmarks/headroom.py reads from the folder the suite wrote
+    again = finite(analyse_runs(read_iterations(tmp_path / "step"), summary, window=5))
+    assert again["switch_headroom"] == pytest.approx(room["switch_headroom"])
+    assert json.loads((tmp_path / "suite_summary.json").read_text())["scenarios"][0]["headroom"]["tag"] == "heldout"
+
+
+def test_the_summary_has_no_headroom_section_without_both_static_runs():
+    sc = Scenario("s", "cnn", (Phase(30, FAST), Phase(30, SLOW)), "tune", 16)
+    run = [{"iteration": i, "seconds": 0.1, "samples_per_s": 320.0, "config": [1, 1]} for i in range(60)]
+    s = summarize_scenario(sc, {"bytescheduler": [run, run]})
+    assert "headroom" not in s and "What any tuner could win" not in table_md(summarize_suite("x", 2, [s]))
+    room = analyse_runs(iteration_rows(sc, {"bytescheduler": [run, run]}), s, window=10)
+    assert room == {"skipped": "needs bytescheduler and hindsight runs"}
+    with pytest.raises(ValueError, match="window must be an integer >= 2, but got window=1."):
+        analyse_runs({}, {}, window=1)
+    with pytest.raises(ValueError, match="settle must be an integer >= 0, but got settle=-2."):
+        analyse_runs({}, {}, window=10, settle=-2)
+
+
+def test_headroom_of_one_repeat_renders_unknowns_as_dashes():
+    sc = Scenario("one", "cnn", (Phase(12, FAST), Phase(12, SLOW)), "tune", 8)
+    runs = {"bytescheduler": [[{"iteration": i, "seconds": 0.1 if i < 12 else 0.4, "samples_per_s": 1.0} for i in range(24)]],
+            "hindsight": [[{"iteration": i, "seconds": 0.1 if i < 12 else 0.3, "samples_per_s": 1.0} for i in range(24)]]}
+    s = summarize_scenario(sc, runs)
+    s["headroom"] = finite(analyse_runs(iteration_rows(sc, runs), s, window=5))
+    assert s["headroom"]["sigma_run"] is None  # one repeat: no scatter between repeats
+    md = table_md(summarize_suite("x", 1, [s]))
+    section = md[md.index("### What any tuner could win here"):]
+    assert "| one (tune) | 1.250 | +0.0% (-) | - | - |  |" in section  # hindsight is the faster in both: nothing to switch to
+    assert "| one | 200mbit (1 x 12, " in section and "| +33.3% (-) | 0.0% | 0.0 | 2.0 |" in section
+    assert not any(isinstance(v, float) and not math.isfinite(v) for c in s["headroom"]["conditions"] for v in c.values())
