@@ -25,6 +25,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   all its work but never acting, for its cost at a fixed configuration.
 * ``autobyte-screen``: before the explorer, a fixed pattern around the start measured in every set of
   conditions.
+* ``autobyte-one-window``: AutoByte without its search (:class:`~autobyte.meta._search.Search`): in
+  conditions expected to last too, one-window trials of the network's choices and moves on one window.
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -61,6 +63,16 @@ class NoCalibration(AutoByteTuner):
 register_tuner("autobyte-no-equivalence", NoEquivalence)
 register_tuner("autobyte-no-calibration", NoCalibration)
 register_tuner("autobyte-no-noise-z", functools.partial(AutoByteTuner, noise_z=None))
+
+
+class OneWindow(AutoByteTuner):
+    """AutoByte without its search: one-window trials everywhere."""
+
+    def _new_search(self) -> Any:
+        return None
+
+
+register_tuner("autobyte-one-window", OneWindow)
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))

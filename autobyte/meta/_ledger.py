@@ -36,6 +36,8 @@ class Regime:
     durations: list[int] = field(default_factory=list)
     #: trials in a row here that did not find a faster configuration
     misses: int = 0
+    #: the candidates of this regime's search (:class:`~autobyte.meta._search.Search`), ``None`` before one starts
+    shortlist: list[Config] | None = None
 
     def speeds(self, stale_windows: int) -> dict[Config, float]:
         """Measurements not older than ``stale_windows`` windows of this regime."""
@@ -46,12 +48,14 @@ class Regime:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ident": self.ident, "measured": [_cfg(c) + list(v) for c, v in self.measured.items()],
-                "windows": self.windows, "started": self.started, "durations": list(self.durations), "misses": self.misses}
+                "windows": self.windows, "started": self.started, "durations": list(self.durations), "misses": self.misses,
+                "shortlist": None if self.shortlist is None else [_cfg(c) for c in self.shortlist]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Regime":
         return cls(int(d["ident"]), {Config(int(m[0]), int(m[1])): [float(m[2]), float(m[3]), float(m[4])] for m in d["measured"]},
-                   int(d["windows"]), int(d["started"]), [int(x) for x in d["durations"]], int(d.get("misses", 0)))
+                   int(d["windows"]), int(d["started"]), [int(x) for x in d["durations"]], int(d.get("misses", 0)),
+                   None if d.get("shortlist") is None else [Config(int(c[0]), int(c[1])) for c in d["shortlist"]])
 
 
 class Ledger:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
@@ -23,8 +22,8 @@ from ._learner import Learner
 from ._ledger import Ledger, Regime
 from ._moves import Aborter, Mover, Verifier
 from ._network import MetaNetwork
-from ._plain import _arr, _unarr
 from ._scorer import Scorer, Scores
+from ._search import Search
 
 _log = logging.getLogger("autobyte.meta")
 
@@ -153,6 +152,9 @@ class AutoByteTuner(Tuner):
     #: while the conditions are expected to last fewer iterations than this, a trial that holds up at its
     #: first check is judged on that check alone
     short_horizon_iters: float = 100.0
+    #: conditions expected to last at least this many iterations (recurrences included) are searched
+    #: (:class:`~autobyte.meta._search.Search`); shorter ones get one-window trials
+    search_horizon: float = 150.0
 
     def __init__(
         self,
@@ -207,6 +209,8 @@ class AutoByteTuner(Tuner):
         self.job = new_job_id()  # this job's file in the history folder (kept by state_dict: a resumed job goes on in it)
         #: why the job started where it did (the history's reason; ``None`` without a history)
         self.started_from: str | None = None
+        #: the configuration the job started at (the history's pick, or the one given)
+        self.begun: Config | None = None
         self.enabled = bool(enabled)
         self.explore = bool(explore)
         self._reset()
@@ -219,12 +223,17 @@ class AutoByteTuner(Tuner):
         """The ledger of a job (a subclass may build it otherwise, e.g. for an ablation)."""
         return Ledger()
 
+    def _new_search(self) -> Search | None:
+        """The search of a job's lasting conditions (a subclass may build it otherwise, or return ``None``: none)."""
+        return Search(min_horizon=self.search_horizon)
+
     def _reset(self) -> None:
         self.ledger = self._new_ledger()
         self._window = 0
         self._last_pred: tuple[Config, np.ndarray, np.ndarray, float] | None = None  # last window's config, predictions, raw log ratios, speed
         self._trial: tuple[Config, float, Config] | None = None  # the trial decided last window: config, prediction, left
         self.trial_record = TrialRecord()  # what this job's trials found beyond the best measured
+        self.search: Search | None = self._new_search()
         # a surprising measurement not yet judged: config, prediction, speed, raw log ratio, anchor, window share
         self._held: tuple[Config, float, float, float, float, float] | None = None
         self._left: Config | None = None  # the configuration the last decision left
@@ -252,6 +261,7 @@ class AutoByteTuner(Tuner):
             if self.slower:
                 _log.info("autobyte: history: not trying %d configurations past jobs measured slower than %s: %s",
                           len(self.slower), initial, ", ".join(map(str, sorted(self.slower))))
+        self.begun = initial
         return initial
 
     # ------------------------------------------------------------------ decision
@@ -285,7 +295,15 @@ class AutoByteTuner(Tuner):
             regime.misses = 0 if others and obs.speed > max(others) * (1 + self.mover.trigger.min_gain) else regime.misses + 1
         else:
             self.trial_record.drop()  # no trial ran this window, or conditions changed under it
-        move = self.mover.propose(self._window, measured, obs.config, obs.speed, self._left)
+        horizon = self.ledger.horizon(obs.iteration)
+        step = self._search(obs, sc, regime, horizon) if self.explore else None
+        if step is not None:
+            check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed)
+            if check is not None:  # a change of conditions at a surprise is told first, as below
+                return self._decide(obs, check[0], check[1], measured.get(check[0], obs.speed), asks=True)
+            return self._race(obs, sc, regime, measured, horizon, step)
+        # against the configuration in force's average in these conditions, not this window alone
+        move = self.mover.propose(self._window, measured, obs.config, measured.get(obs.config, obs.speed), self._left)
         if move is not None:
             return self._decide(obs, move[0], move[1], measured[move[0]])
         check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed)
@@ -295,23 +313,74 @@ class AutoByteTuner(Tuner):
         if probe is not None:
             return probe
         if self.explore:
-            horizon = self.ledger.horizon(obs.iteration)
-            trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
-                                              self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
-                                              self.scorer.equivalence, self.scorer.downside(),
-                                              self.trial_record.spread(self.shrink), skip=self.slower)
-            if trial_cfg is not None:
-                predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
-                self._trial = (trial_cfg[0], predicted, obs.config)
-                self.trial_record.expect(trial_cfg[0], max(measured.values()))
-                self.n_trials += 1
-                return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
+            tried = self._explore(obs, sc, regime, measured, horizon)
+            if tried is not None:
+                return tried
         if _log.isEnabledFor(logging.DEBUG):
             best = max(measured, key=measured.__getitem__)
             _log.debug("autobyte: window %d keeps %s at %.1f samples/s: fastest measured here %s (%.1f), %d measured, "
                        "best predicted %s (%.1f), no trial pays", self._window, obs.config, obs.speed, best, measured[best],
                        len(measured), self.space[int(np.argmax(sc.predicted))], float(np.max(sc.predicted)))
         return None
+
+    def _race(self, obs: Observation, sc: Scores, regime: Regime, measured: dict[Config, float], horizon: float,
+              step: tuple[Config, str]) -> Decision | None:
+        """The search's ``step`` taken: the next candidate of the race, its winner, or ``None`` (measure again)."""
+        assert self.search is not None
+        # a race tells small gains from noise; a trial the network predicts far ahead of it goes first
+        # (measured, it joins the race, and wins at once if it is)
+        leap = self._explore(obs, sc, regime, measured, horizon, leap=self.search.leap)
+        if leap is not None:
+            return leap
+        cfg, reason = step
+        if cfg == obs.config:
+            _log.debug("autobyte: window %d keeps %s at %.1f samples/s: %s", self._window, obs.config, obs.speed, reason)
+            return None
+        if cfg in regime.measured:
+            return self._decide(obs, cfg, reason, measured.get(cfg))
+        # an unmeasured candidate: a trial, which the aborter may end at a check
+        predicted = float(sc.predicted[self.space.index(cfg)]) if cfg in self.space else None
+        self._trial = (cfg, predicted if predicted is not None else obs.speed, obs.config)
+        self.n_trials += 1
+        return self._decide(obs, cfg, reason, predicted)
+
+    def _explore(self, obs: Observation, sc: Scores, regime: Regime, measured: dict[Config, float], horizon: float,
+                 leap: float | None = None) -> Decision | None:
+        """The explorer's trial (:class:`~autobyte.meta._explorer.Explorer`), or ``None`` when none pays.
+
+        ``leap``: only a trial predicted faster than the best measured by more than this (relative) is taken.
+        """
+        trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
+                                          self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
+                                          self.scorer.equivalence, self.scorer.downside(),
+                                          self.trial_record.spread(self.shrink), skip=self.slower)
+        if trial_cfg is None:
+            return None
+        predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
+        if leap is not None and predicted <= max(measured.values()) * (1.0 + leap):
+            return None
+        self._trial = (trial_cfg[0], predicted, obs.config)
+        self.trial_record.expect(trial_cfg[0], max(measured.values()))
+        self.n_trials += 1
+        return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
+
+    def _search(self, obs: Observation, sc: Scores, regime: Regime, horizon: float) -> tuple[Config, str] | None:
+        """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when
+        they are expected to last; ``None``: no search, or its winner is in force."""
+        if self.search is None:
+            return None
+        if regime.shortlist is None:
+            if horizon < self.search.min_horizon:
+                return None
+            # what was measured fastest in other conditions of this job (most recent first), and the job's start
+            known = [b for r in reversed(self.ledger.regimes) if r is not regime and (b := r.best()) is not None][:2]
+            known.append(self.begun or obs.config)
+            regime.shortlist = self.search.shortlist(self.space, sc.predicted, obs.config, known,
+                                                     self.scorer.equivalence, self.slower)
+            _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, "
+                      "%d windows each unless measured out", regime.ident, horizon,
+                      ", ".join(map(str, regime.shortlist)), self.search.windows)
+        return self.search.propose(regime.shortlist, regime.measured, obs.config, horizon)
 
     def _probe(self, obs: Observation, sc: Scores | None) -> Decision | None:
         """Right after a change of conditions: run the configuration that tells whether past conditions are back.
@@ -377,6 +446,9 @@ class AutoByteTuner(Tuner):
             else:
                 self.errors.append(self.scorer.checked(checked, obs.speed, raw, last[3]))
         before = self.ledger.current
+        if self.search is not None and not obs.regime_changed and obs.window_share >= 1.0:
+            had = before.measured.get(obs.config)
+            self.search.note(obs.speed, None if had is None else had[0])
         regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, obs.window_share)
         if held is not None and obs.regime_changed and held[0] != obs.config:
             self._refile(held, obs, before, regime)
@@ -495,31 +567,9 @@ class AutoByteTuner(Tuner):
         An adaptation still running in the background is not waited for: its
         result is dropped, as in-flight work is on restore.
         """
-        def cfg(c: Config | None) -> list[int] | None:
-            return None if c is None else [c.partition_bytes, c.credit_bytes]
+        from ._state import tuner_state
 
-        return {
-            "window": self._window,
-            "job": self.job,
-            "slower": sorted([c.partition_bytes, c.credit_bytes] for c in self.slower),
-            "ledger": self.ledger.state_dict(),
-            "scorer": self.scorer.state_dict() if hasattr(self, "scorer") else {},
-            "learner": self.learner.state_dict(),
-            "trial_record": self.trial_record.state_dict(),
-            "mover": self.mover.trigger.state_dict(),
-            "trial": None if self._trial is None else [cfg(self._trial[0]), self._trial[1], cfg(self._trial[2])],
-            "held": None if self._held is None else [cfg(self._held[0]), *self._held[1:]],
-            "last_pred": None if self._last_pred is None else [cfg(self._last_pred[0]), _arr(self._last_pred[1]),
-                                                                _arr(self._last_pred[2]), self._last_pred[3]],
-            "left": cfg(self._left),
-            "asked": cfg(self._asked),
-            "last_job": None if self._last_job is None else _arr(self._last_job),
-            "errors": list(self.errors),
-            "n_decisions": self.n_decisions,
-            "n_trials": self.n_trials,
-            "n_aborts": self.n_aborts,
-            "head": [[_arr(k), _arr(b)] for k, b in self.net._np_head.d],
-        }
+        return tuner_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (missing keys keep their current values, unknown ones are ignored).
@@ -527,47 +577,6 @@ class AutoByteTuner(Tuner):
         Raises:
             ValueError: the saved head's shapes do not match this tuner's network.
         """
-        def cfg(v: Any) -> Config | None:
-            return None if v is None else Config(int(v[0]), int(v[1]))
+        from ._state import load_tuner_state
 
-        if "head" in state:
-            d = [(_unarr(k), _unarr(b)) for k, b in state["head"]]
-            have = [(k.shape, b.shape) for k, b in self.net._np_head.d]
-            if [(k.shape, b.shape) for k, b in d] != have:
-                raise ValueError(f"state['head'] must have the network's head shapes {have}, "
-                                 f"but got {[(k.shape, b.shape) for k, b in d]}.")
-            self.adapter.cancel()  # an adaptation in flight fitted the head being replaced: its result is dropped
-            head = copy.copy(self.net._np_head)
-            head.d = d
-            self.net._np_head = head  # one reference swap, as adaptation does
-        self._window = int(state.get("window", self._window))
-        self.job = str(state.get("job", self.job))
-        if "slower" in state:  # as planned at the job's start, not from files other jobs wrote since
-            self.slower = frozenset(Config(int(v[0]), int(v[1])) for v in state["slower"])
-        self.ledger.load_state_dict(state.get("ledger", {}))
-        if hasattr(self, "scorer"):
-            self.scorer.load_state_dict(state.get("scorer", {}))
-        self.learner.load_state_dict(state.get("learner", {}))
-        self.trial_record.load_state_dict(state.get("trial_record", {}))
-        self.mover.trigger.load_state_dict(state.get("mover", {}))
-        if "trial" in state:
-            t = state["trial"]
-            self._trial = None if t is None else (cfg(t[0]), float(t[1]), cfg(t[2]))  # type: ignore[assignment]
-        if "held" in state:
-            h = state["held"]
-            # a state saved before the configuration was kept (4 numbers) has nothing to re-file: dropped
-            self._held = None if h is None or len(h) != 6 else (cfg(h[0]), *(float(x) for x in h[1:]))  # type: ignore[assignment]
-        if "last_pred" in state:
-            t = state["last_pred"]
-            self._last_pred = None if t is None else (cfg(t[0]), _unarr(t[1]), _unarr(t[2]), float(t[3]))  # type: ignore[assignment]
-        if "left" in state:
-            self._left = cfg(state["left"])
-        if "asked" in state:
-            self._asked = cfg(state["asked"])
-        if "last_job" in state:
-            self._last_job = None if state["last_job"] is None else _unarr(state["last_job"])
-        if "errors" in state:
-            self.errors = [float(e) for e in state["errors"]]
-        self.n_decisions = int(state.get("n_decisions", self.n_decisions))
-        self.n_trials = int(state.get("n_trials", self.n_trials))
-        self.n_aborts = int(state.get("n_aborts", self.n_aborts))
+        load_tuner_state(self, state)

@@ -29,6 +29,13 @@ class Forgetful(AutoByteTuner):
         return Ledger(recall=False)
 
 
+class OneWindow(AutoByteTuner):
+    """The tuner without its search: moves on one window (as in conditions not expected to last)."""
+
+    def _new_search(self):
+        return None
+
+
 def _window(cfg: Config, cl, w: int, changed: bool = False) -> Observation:
     res = sim.simulate(MODEL, cl, cfg, n_iters=4, seed=w)
     f = res.features()
@@ -67,7 +74,7 @@ def test_a_regime_seen_before_is_reused_at_once(fresh_net, caplog):
 
 
 def test_a_trial_that_measured_slower_is_rolled_back(fresh_net):
-    t = AutoByteTuner(fresh_net, background=False)
+    t = OneWindow(fresh_net, background=False)
     cur = t.start(GRID, GRID[4])
     t.observe(_window(cur, FAST, 0))
     t._trial, t._left = (GRID[0], 1e9, cur), cur  # pretend it just tried GRID[0]
@@ -228,7 +235,7 @@ def _verifying(t: AutoByteTuner):
 
 
 def test_a_verification_is_answered_at_its_first_check(fresh_net):
-    t = AutoByteTuner(fresh_net, background=False)
+    t = OneWindow(fresh_net, background=False)
     cur, win, base = _verifying(t)
     assert t._asked == cur
     # the first check of the re-measured configuration runs as it did: conditions unchanged, back to the trial
@@ -275,7 +282,7 @@ def test_a_mixed_check_starts_a_regime_with_nothing_filed_and_probes_at_once(fre
 def test_a_clean_check_judges_a_held_surprise_before_a_later_change(fresh_net):
     # the verification's first check, clean, shows the surprise was the predictor's; a change seen later,
     # however well it would account for the surprise, came after it: the trial's measurement stays where it ran
-    t = AutoByteTuner(fresh_net, background=False)
+    t = OneWindow(fresh_net, background=False)
     cur, win, base = _verifying(t)
     n = len(t.errors)
     assert t._held is not None and t._held[0] == GRID[0]  # the trial's surprise, held until judged

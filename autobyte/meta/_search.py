@@ -1,0 +1,203 @@
+"""The tuner's search in conditions expected to last: a shortlist, decided by measurement (numpy only).
+
+One window of a configuration does not tell a 3-5% gain from a window's
+noise on a busy host (docs/benchmarks.md section 3: a median 3-4 windows of
+each are needed), and the network's first choice is rarely the best one
+(its top-3 recall on held-out real rows is 30%, section 6.5). So where the
+conditions are expected to last, the tuner does not move on one window of a
+trial: it measures a *shortlist* -- the configuration in force, the fastest
+of the conditions seen before, the job's start, the network's first choices
+and the start's partition neighbours -- for several windows each, drops a
+candidate once it is slower than the leader by more than the noise can
+explain, and goes to the fastest when every one left has its windows. What
+it measured stays in the regime (:class:`~autobyte.meta._ledger.Regime`),
+so conditions that return resume or reuse their search.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Collection, Sequence
+
+import numpy as np
+
+from autobyte.core.regime import pair_scatter
+from autobyte.core.space import Config, SearchSpace
+
+from ._plain import _check_range
+from ._scorer import Equivalence
+
+#: gaps between a configuration's window and its running average in the regime read before the job's own noise is used
+GAPS_MIN = 6
+
+
+class Search:
+    """Measure a shortlist for several windows each; the fastest wins.
+
+    Args:
+        windows: windows each candidate left in the race is measured (3).
+        top: the network's first choices in the shortlist, one per schedule (2).
+        z: a candidate is dropped once its mean is below the leader's by
+            more than ``z`` standard errors of the difference (2.0).
+        noise: a window's scatter of log speed assumed before this job's
+            own windows say otherwise (0.03).
+        min_horizon: iterations the conditions must be expected to last
+            (recurrences included) for a search to run (150); shorter ones
+            are left to the one-window explorer.
+        leap: a trial the tuner's explorer predicts faster than the best
+            measured by more than this goes before the race (0.25): the
+            race tells small gains from noise, not large ones the network
+            sees (a landscape 3x wide on the simulator).
+        max_distance: powers of two (partition or credit) from the
+            configuration in force within which the network's choices are
+            taken (3.0).
+
+    Raises:
+        ValueError: an argument out of its range.
+    """
+
+    def __init__(self, windows: int = 3, top: int = 2, z: float = 2.0, noise: float = 0.03,
+                 min_horizon: float = 150.0, leap: float = 0.25,
+                 max_distance: float = 3.0) -> None:
+        self.windows = int(_check_range("windows", windows, 1, 100))
+        self.top = int(_check_range("top", top, 0, 100))
+        self.z = _check_range("z", z, 0.0, 10.0)
+        self.noise = _check_range("noise", noise, 1e-3, 1.0)
+        self.min_horizon = _check_range("min_horizon", min_horizon, 0.0, 1e9)
+        self.max_distance = _check_range("max_distance", max_distance, 0.0, 64.0)
+        self.leap = _check_range("leap", leap, 0.0, 100.0)
+        #: ``log(window / running average)`` of configurations measured again, no change of conditions between
+        self.gaps: deque[float] = deque(maxlen=32)
+
+    def note(self, speed: float, average: float | None) -> None:
+        """A window of a configuration whose running average in these conditions was ``average`` (``None``: first)."""
+        if average is not None and speed > 0 and average > 0:
+            self.gaps.append(math.log(speed / average))
+
+    def sigma(self) -> float:
+        """A window's scatter of log speed: this job's own once :data:`GAPS_MIN` gaps are in (``noise`` before)."""
+        if len(self.gaps) < GAPS_MIN:
+            return self.noise
+        # a gap is a window against the average of up to 3 before it: about sqrt(1 + 1/2) windows' scatter
+        return min(0.15, max(0.005, pair_scatter(list(self.gaps)) / math.sqrt(1.5)))
+
+    def shortlist(self, space: SearchSpace, predicted: np.ndarray, current: Config, known: Sequence[Config],
+                  equivalence: Equivalence | None = None, skip: Collection[Config] = ()) -> list[Config]:
+        """The candidates of a new search, in the order they are measured.
+
+        ``known``: configurations measured fastest elsewhere (the conditions
+        seen before, the job's start), tried first after ``current``. Then
+        the network's ``top`` first choices within ``max_distance`` of
+        ``current``, and ``current``'s partition neighbours (a quarter and
+        four times, at its credit multiple: where the network ranks least
+        reliably), one per schedule class not yet listed. Neighbours outside
+        ``space`` are snapped to its nearest candidate. ``skip``: never
+        listed (past jobs measured them slower).
+        """
+        out: list[Config] = [current]
+        classes = {self._class(current, space, equivalence)}
+
+        def add(c: Config) -> None:
+            k = self._class(c, space, equivalence)
+            if c in space and c not in skip and k not in classes:
+                out.append(c)
+                classes.add(k)
+
+        for c in known:
+            add(c)
+        # the network's first choices near the configuration in force (further away it ranks no better than chance)
+        cands = space.to_array()
+        dist = np.maximum(np.abs(np.log2(cands[:, 0] / current.partition_bytes)),
+                          np.abs(np.log2(cands[:, 1] / current.credit_bytes)))
+        score = np.where(dist <= self.max_distance + 1e-9, np.asarray(predicted, dtype=np.float64), -np.inf)
+        n = 0
+        for k in np.argsort(-score, kind="stable"):
+            if n >= self.top or not np.isfinite(score[k]):
+                break
+            before = len(out)
+            add(space[int(k)])
+            n += len(out) > before
+        for f in (0.25, 4.0):
+            p = int(current.partition_bytes * f)
+            if p > 0:
+                add(space.nearest(Config.from_multiple(p, current.credit_multiple)))
+        return out
+
+    @staticmethod
+    def _class(c: Config, space: SearchSpace, equivalence: Equivalence | None) -> Any:
+        return equivalence.of(c) if equivalence is not None and c in space else (c.partition_bytes, c.credit_bytes)
+
+    def standing(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> tuple[list[Config], Config | None]:
+        """The candidates still in the race (in shortlist order) and the leader (``None``: nothing measured yet).
+
+        A candidate is out once its mean speed is below the leader's by more
+        than ``z`` standard errors of the difference (each mean over the
+        windows measured, capped at the ledger's running average of 3).
+        """
+        seen = [c for c in shortlist if c in measured]
+        if not seen:
+            return list(shortlist), None
+        leader = max(seen, key=lambda c: measured[c][0])
+        s = self.sigma()
+        lv, ln = measured[leader][0], min(3.0, measured[leader][1])
+        alive = []
+        for c in shortlist:
+            m = measured.get(c)
+            if m is None or c == leader:
+                alive.append(c)
+                continue
+            se = s * math.sqrt(1.0 / min(3.0, max(m[1], 0.25)) + 1.0 / max(ln, 0.25))
+            if math.log(lv / m[0]) <= self.z * se:
+                alive.append(c)
+        return alive, leader
+
+    def propose(self, shortlist: Sequence[Config], measured: dict[Config, list[float]], current: Config,
+                horizon: float) -> tuple[Config, str] | None:
+        """The next configuration to measure, the winner when the race is over, or ``None``.
+
+        The race is between the shortlist and every other configuration
+        measured in these conditions (``measured``: the regime's ``[speed,
+        windows, ...]`` per configuration), so a trial of the explorer that
+        measured close to the leader is raced too, and one far ahead wins at
+        once. Candidates are measured round by round: the one with the fewest
+        windows next (ties to the configuration in force, then shortlist
+        order), so one that is clearly slower is out after its first window.
+        The race is over when only the leader is left or every candidate left
+        has ``windows`` windows. The configuration in force may be the one to
+        run again: it is returned, the caller keeps it and no other policy
+        moves. ``None`` when the conditions are not expected to last
+        ``min_horizon``, or the race is over and its winner is in force: the
+        search has nothing to say.
+        """
+        if not shortlist or horizon < self.min_horizon:
+            return None
+        cands = list(shortlist) + [c for c in measured if c not in shortlist]
+        alive, leader = self.standing(cands, measured)
+
+        def n(c: Config) -> float:
+            return measured[c][1] if c in measured else 0.0
+
+        need = [c for c in alive if n(c) < self.windows - 1e-9]
+        if need and alive != [leader]:
+            # round by round: the fewest windows first (a bad candidate is out after one), ties to the one in force
+            nxt = min(need, key=lambda c: (n(c), c != current, cands.index(c)))
+            if nxt == current:
+                return current, f"search: {current} measured again ({n(current):g} of {self.windows} windows)"
+            return nxt, (f"search: measuring {nxt} ({n(nxt):g} of {self.windows} windows; {len(alive)} of "
+                         f"{len(cands)} candidates left, {len(cands) - len(alive)} out by more than {self.z:g} "
+                         f"standard errors" + (f"; leader {leader} {measured[leader][0]:.1f} samples/s" if leader is not None else "") + ")")
+        assert leader is not None
+        if leader == current:
+            return None
+        out = len(cands) - len(alive)
+        return leader, (f"search: {leader} fastest at {measured[leader][0]:.1f} samples/s over {n(leader):g} windows; "
+                        f"{len(alive) - 1} left within the noise, {out} out (window scatter {100 * self.sigma():.1f}%)")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"gaps": list(self.gaps)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "gaps" in state:
+            self.gaps.clear()
+            self.gaps.extend(float(g) for g in state["gaps"])

@@ -1,0 +1,117 @@
+"""The tuner's search in lasting conditions: a shortlist raced over several windows each (numpy only)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autobyte import sim
+from autobyte.core.space import Config, KiB, MiB, SearchSpace
+from autobyte.core.tuning import Observation
+from autobyte.meta import AutoByteTuner
+from autobyte.meta._ledger import Regime
+from autobyte.meta._search import GAPS_MIN, Search
+
+SPACE = SearchSpace.grid([256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB], [1, 2, 4])
+START = Config.from_multiple(4 * MiB, 4)
+
+
+def cfg(p: int, m: float) -> Config:
+    return Config.from_multiple(p, m)
+
+
+def test_the_shortlist_is_the_start_what_was_measured_elsewhere_the_networks_choices_then_the_neighbours():
+    predicted = np.zeros(len(SPACE))
+    predicted[SPACE.index(cfg(16 * MiB, 1))] = 9.0  # the network's first choice
+    predicted[SPACE.index(cfg(256 * KiB, 4))] = 10.0  # ranked higher, but 4 powers of two away: not taken
+    predicted[SPACE.index(cfg(MiB, 2))] = 5.0
+    predicted[SPACE.index(cfg(4 * MiB, 1))] = 3.0  # the second choice not listed already
+    out = Search(top=2).shortlist(SPACE, predicted, START, [cfg(MiB, 2), START])
+    assert out == [START, cfg(MiB, 2), cfg(16 * MiB, 1), cfg(4 * MiB, 1), cfg(MiB, 4), cfg(16 * MiB, 4)]
+
+
+def test_the_shortlist_snaps_neighbours_into_the_space_and_skips_what_past_jobs_measured_slower():
+    start = Config(3_999_999, 15_999_996)  # ByteScheduler's default is not a power of two
+    out = Search(top=0).shortlist(SPACE, np.zeros(len(SPACE)), start, [], skip={cfg(16 * MiB, 4)})
+    assert out == [start, cfg(MiB, 4)]
+
+
+def test_a_candidate_slower_than_the_noise_explains_is_out_and_a_close_one_stays():
+    s = Search(z=2.0, noise=0.03)
+    a, b, c = cfg(MiB, 4), cfg(4 * MiB, 4), cfg(16 * MiB, 4)
+    measured = {a: [100.0, 1.0, 1.0], b: [97.0, 1.0, 2.0], c: [90.0, 1.0, 3.0]}
+    alive, leader = s.standing([a, b, c], measured)
+    # one window each: the difference's standard error is 0.03 * sqrt(2) = 4.2%; 2 of them are 8.5%
+    assert leader == a and alive == [a, b]
+    measured[b] = [97.0, 3.0, 6.0]
+    measured[a] = [100.0, 3.0, 7.0]
+    assert s.standing([a, b, c], measured)[0] == [a, b]  # 3% with 3 windows each: 2 errors are 4.9%
+    measured[b] = [94.0, 3.0, 6.0]
+    assert s.standing([a, b, c], measured)[0] == [a]
+
+
+def test_the_race_goes_round_by_round_and_ends_at_the_fastest():
+    s = Search(windows=2, noise=0.03)
+    a, b = cfg(4 * MiB, 4), cfg(MiB, 4)
+    sl = [a, b]
+    assert s.propose(sl, {a: [100.0, 1.0, 1.0]}, a, 500)[0] == b  # b has no window: measured next
+    assert s.propose(sl, {a: [100.0, 1.0, 1.0], b: [101.0, 1.0, 2.0]}, b, 500)[0] == b  # a tie: the one in force
+    step = s.propose(sl, {a: [100.0, 2.0, 3.0], b: [101.0, 1.0, 2.0]}, a, 500)
+    assert step is not None and step[0] == b and step[1].startswith("search: measuring")
+    step = s.propose(sl, {a: [100.0, 2.0, 3.0], b: [103.0, 2.0, 4.0]}, a, 500)
+    assert step is not None and step[0] == b and "fastest at 103.0 samples/s over 2 windows" in step[1]
+    assert s.propose(sl, {a: [100.0, 2.0, 3.0], b: [103.0, 2.0, 4.0]}, b, 500) is None  # the winner in force
+    assert s.propose(sl, {a: [100.0, 1.0, 1.0]}, a, 100) is None  # conditions not expected to last: no search
+
+
+def test_the_noise_is_the_jobs_own_once_enough_windows_were_repeated():
+    s = Search(noise=0.03)
+    for _ in range(GAPS_MIN - 1):
+        s.note(101.0, 100.0)
+    assert s.sigma() == 0.03
+    s.note(101.0, 100.0)
+    s.note(5.0, None)  # a first window: no gap
+    assert math.isclose(s.sigma(), 1.4826 * math.log(1.01) / math.sqrt(1.5))
+    s2 = Search()
+    s2.load_state_dict(s.state_dict())
+    assert s2.sigma() == s.sigma()
+
+
+@pytest.mark.parametrize("kw, value", [("windows", 0), ("top", -1), ("z", -1.0), ("noise", 0.0), ("min_horizon", -5),
+                                       ("max_distance", float("nan")), ("windows", True)])
+def test_bad_arguments_are_refused_with_their_name_and_value(kw, value):
+    with pytest.raises(ValueError, match=rf"{kw} must be a number in .* but got {kw}={value!r}"):
+        Search(**{kw: value})
+
+
+def test_a_regimes_shortlist_survives_its_state():
+    r = Regime(3, {START: [10.0, 2.0, 2.0]}, windows=2, shortlist=[START, cfg(MiB, 4)])
+    assert Regime.from_dict(r.to_dict()).shortlist == [START, cfg(MiB, 4)]
+    assert Regime.from_dict({**r.to_dict(), "shortlist": None}).shortlist is None
+
+
+def _sim_window(config: Config, w: int) -> Observation:
+    res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(4, 5.0, "ps"), config, n_iters=2, seed=w)
+    f = res.features()
+    return Observation(w * 10, config, float(f.speed.sum()), f)
+
+
+def test_in_lasting_conditions_the_tuner_measures_its_shortlist_and_settles_on_the_fastest_measured(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False)
+    cur = t.start(SPACE, START)
+    seen = []
+    for w in range(30):
+        seen.append(cur)
+        d = t.observe(_sim_window(cur, w))
+        if d is not None:
+            cur = d.config
+    sl = t.ledger.current.shortlist
+    assert sl is not None and sl[0] == START and len(sl) >= 3
+    measured = t.ledger.current.measured
+    alive, leader = t.search.standing(sl, measured)
+    # every candidate still in the race was measured its windows, and the run ends at the fastest of them
+    assert all(measured[c][1] >= t.search.windows for c in alive)
+    assert seen[-1] == leader and seen[-5:] == [leader] * 5
+    assert "search" in t.state_dict() and t.state_dict()["ledger"]["regimes"][-1]["shortlist"]
