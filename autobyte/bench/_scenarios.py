@@ -451,8 +451,9 @@ def _suites() -> dict[str, Suite]:
     # jobs of 800 iterations whose conditions hold for 200 iterations or more, as a shared cluster's do, four kinds no
     # other scenario combines: nothing changes; a parameter server whose link steps; a model no other measuring suite
     # trains (DenseNet-121, emulated at the paper's compute/link ratio: V100 compute x 2, the paper's 10 and 3 Gbit/s
-    # / 2); the compute itself changing (another job shares both accelerators, then the link too). Sized to run 3
-    # methods x 2 repeats in about an hour on the 2-core host (0.10-0.24 s per iteration measured per condition).
+    # / 2); the compute itself changing (other jobs share both accelerators, then the link too). Sized to run 3
+    # methods x 2 repeats in about an hour on the 2-core host (0.10-0.24 s per iteration measured per condition). The
+    # compute is 3x slower, not 2x: at 2000 Mbit/s the CNN's 2x hid behind the link (+6% per iteration measured, 3x +38%).
     realistic = (
         Scenario("heldout-realistic-steady", "cnn", (Phase(800, Condition(1000)),), "heldout", 16,
                  "CNN at 1000 Mbit/s throughout (800 iterations): nothing changes"),
@@ -465,9 +466,9 @@ def _suites() -> dict[str, Suite]:
                  "suite trains; links 5000/1500 Mbit/s (the paper's 10/3 Gbit/s / 2) every 200 iterations, 800 iterations",
                  2.0),
         Scenario("heldout-realistic-shared-compute", "cnn",
-                 (Phase(200, Condition(2000)), Phase(200, Condition(2000, slowdown=2.0, slow_ranks=(0, 1))),
-                  Phase(200, Condition(1000, slowdown=2.0, slow_ranks=(0, 1))), Phase(200, Condition(2000))), "heldout", 16,
-                 "CNN at 2000 Mbit/s; another job shares both accelerators (every rank 2x slower) from iteration 200, "
+                 (Phase(200, Condition(2000)), Phase(200, Condition(2000, slowdown=3.0, slow_ranks=(0, 1))),
+                  Phase(200, Condition(1000, slowdown=3.0, slow_ranks=(0, 1))), Phase(200, Condition(2000))), "heldout", 16,
+                 "CNN at 2000 Mbit/s; two other jobs share both accelerators (every rank 3x slower) from iteration 200, "
                  "and the link too (1000 Mbit/s) from 400, gone at 600; 800 iterations"),
     )
     return {
