@@ -319,6 +319,32 @@ class AdaptedRanker:
             self.net.reset_head()
 
 
+class ShippedSeenRanker:
+    """The tuner's Scorer after the ``seen`` windows, as the tuner feeds it: each window's prediction of the next
+    window's configuration checked against what that measured (:meth:`Scorer.checked` with the move, which fits
+    the slope and this job's credit/partition trend), then every configuration ranked from the last window."""
+
+    def __init__(self, net: Any) -> None:
+        self.base = ScorerRanker(net)
+
+    def __call__(self, group: Group, seen: Sequence[int]) -> np.ndarray:
+        from autobyte.meta._scorer import Scorer
+
+        space, idx = self.base._space(group)
+        s = Scorer(self.base.net, space)
+        last: tuple[Config, Any] | None = None
+        for i in seen:
+            w = group.windows[i]
+            sc = s.score(w["current"], w["observed"], w["features"])
+            if last is not None and last[0] != w["current"]:
+                k = space.index(w["current"])
+                s.checked(float(last[1].predicted[k]), w["observed"], float(last[1].raw[k]), float(last[2]),
+                          s.move(last[0], w["current"]))
+            last = (w["current"], sc, w["observed"])
+        w = group.windows[seen[-1]]
+        return np.asarray(s.score(w["current"], w["observed"], w["features"]).predicted, dtype=np.float64)[idx]
+
+
 #: ridge weight of the residual correction (squared log ratio; the first value tried, not tuned on these rows)
 RIDGE = 0.5
 
@@ -633,7 +659,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.variant == "yes":
         o = args.orders
         for m in sorted({int(x) for x in str(args.m).split(",")}):
-            rankers[f"VARIANT residual: + credit/partition trend fitted on {m} windows"] = \
+            rankers[f"shipped, after {m} windows (slope and credit/partition trend fitted on them)"] = \
+                lambda gs, m=m: evaluate_seen(gs, ShippedSeenRanker(net), m=m, orders=o)
+            rankers[f"VARIANT residual: + credit/partition trend fitted on {m} windows, every pair"] = \
                 lambda gs, m=m: evaluate_seen(gs, ResidualRanker(net), m=m, orders=o)
             rankers[f"VARIANT adapted: the tuner's Adapter on {m} windows"] = \
                 lambda gs, m=m: evaluate_seen(gs, AdaptedRanker(net), m=m, orders=o)

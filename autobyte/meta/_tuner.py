@@ -444,7 +444,7 @@ class AutoByteTuner(Tuner):
                 self._held = (obs.config, checked, obs.speed, raw, last[3], obs.window_share)
                 checked = None  # nor does it start an adaptation before then
             else:
-                self.errors.append(self.scorer.checked(checked, obs.speed, raw, last[3]))
+                self.errors.append(self.scorer.checked(checked, obs.speed, raw, last[3], self.scorer.move(last[0], obs.config)))
         before = self.ledger.current
         if self.search is not None and not obs.regime_changed and obs.window_share >= 1.0:
             had = before.measured.get(obs.config)

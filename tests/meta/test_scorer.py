@@ -102,3 +102,34 @@ def test_scorer_loads_a_state_with_keys_it_no_longer_keeps(fresh_net):
     back = Scorer(fresh_net, ESPACE)
     back.load_state_dict(dict(state, trials=[-0.1, 0.05]))  # saved when the scorer kept its trials' errors
     assert back.state_dict() == state and back.slope() == s.slope()
+
+
+def test_scorer_fits_this_jobs_trend_along_credit_and_partition(fresh_net):
+    s = Scorer(fresh_net, ESPACE)
+    assert list(s.trend()) == [0.0, 0.0]
+    # the network saw no gain (raw 0); doubling the credit measured +10% twice, halving the partition -5%
+    for _ in range(2):
+        s.checked(100.0, 110.0, raw=0.0, anchor=100.0, move=s.move(F1, F2))
+    s.checked(100.0, 95.0, raw=0.0, anchor=100.0, move=s.move(Config(512 * KiB, 512 * KiB), F1))
+    d = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, -1.0]])
+    y = np.log([1.1, 1.1, 0.95])
+    assert s.trend() == pytest.approx(np.linalg.solve(d.T @ d + 0.5 * np.eye(2), d.T @ y))
+    assert s.trend()[0] > 0 and s.trend()[1] > 0
+    sc = s.score(F1, 100.0, _features(F1))
+    # F2 is F1 with twice the credit: the trend adds what credit measured here to the network's ratio
+    assert sc.predicted[4] == pytest.approx(100.0 * math.exp(s.slope() * sc.raw[4] + s.trend()[0]))
+    assert sc.predicted[0] == sc.predicted[1] == sc.predicted[2]  # still one prediction per schedule
+    # what the pairs measured beyond slope and trend is the error; a pair without its move fits the slope only
+    assert s.sigma() < abs(math.log(1.1))
+    back = Scorer(fresh_net, ESPACE)
+    back.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert list(back.trend()) == list(s.trend())
+    old = Scorer(fresh_net, ESPACE)
+    old.load_state_dict({"pairs": s.state_dict()["pairs"]})  # saved before moves were kept
+    assert list(old.trend()) == [0.0, 0.0]
+    assert list(Scorer(fresh_net, ESPACE, calibrate=False).trend()) == [0.0, 0.0]
+
+
+def test_scorer_rejects_a_bad_ridge(fresh_net):
+    with pytest.raises(ValueError, match=r"ridge must be a number in \[1e-06, 1e\+06\], but got ridge=0"):
+        Scorer(fresh_net, ESPACE, ridge=0)
