@@ -155,6 +155,10 @@ class AutoByteTuner(Tuner):
     #: conditions expected to last at least this many iterations (recurrences included) are searched
     #: (:class:`~autobyte.meta._search.Search`); shorter ones get one-window trials
     search_horizon: float = 150.0
+    #: before any change of conditions was seen (the ledger's horizon is then its default), a search starts only
+    #: once the conditions have lasted this many iterations: a job whose conditions change every 25 iterations
+    #: keeps one-window trials from its start
+    search_after_iters: int = 50
 
     def __init__(
         self,
@@ -370,7 +374,8 @@ class AutoByteTuner(Tuner):
         if self.search is None:
             return None
         if regime.shortlist is None:
-            if horizon < self.search.min_horizon:
+            ended = any(r.durations for r in self.ledger.regimes)
+            if horizon < self.search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             # what was measured fastest in other conditions of this job (most recent first), and the job's start
             known = [b for r in reversed(self.ledger.regimes) if r is not regime and (b := r.best()) is not None][:2]

@@ -121,11 +121,11 @@ def test_autobyte_guard_trip_goes_back_to_the_start(fresh_net):
     from autobyte.core.tuning import Controller
 
     model = sim.get_model(MODEL)
-    start = Config(4 * MiB, 8 * MiB)
+    start = Config(MiB, 4 * MiB)  # a start from which its trials and its search trip the guard on this model
     t = make_tuner("autobyte", network=fresh_net, background=False)
     ctl = Controller(t, SPACE, start, "ps", model.layer_bytes, window_iters=10, warmup_iters=0, check_iters=5)
     cur = ctl.current
-    for c in range(8):
+    for c in range(30):
         res = sim.simulate(model, sim.Cluster.from_gbps(4, 5.0, "ps"), cur, n_iters=5, seed=c)
         d = ctl.decide(5 * c + 4, res.window_stats())
         if d is not None:
