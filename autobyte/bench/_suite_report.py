@@ -55,11 +55,16 @@ def worst_span_ratio(tuned_s: Sequence[float], start_s: Sequence[float], span: i
     return worst, at
 
 
+#: how the reasons of a tuner's trials begin (the explorer's; the search's measurement of another candidate)
+TRIAL_REASONS = ("explore", "search: measuring")
+
+
 def trial_spans(its: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
     """Index ranges ``[i, j)`` of ``its`` that ran a tuner's trials.
 
     A trial is a decision row (``decisions.jsonl``) whose ``reason`` starts
-    with ``"explore"``: its iterations are the first ones after the decision
+    with ``"explore"`` or ``"search: measuring"`` (the explorer's trial, or a
+    window of another candidate of the search's race): its iterations are the first ones after the decision
     at the configuration it chose (starting before the next row's iteration:
     a decision held back, e.g. by the do-no-harm guard, ran no trial), until
     the configuration changes.
@@ -67,7 +72,7 @@ def trial_spans(its: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, An
     spans = []
     marks = sorted(int(d["iteration"]) for d in rows)
     for d in rows:
-        if not str(d.get("reason") or "").startswith("explore") or d.get("config") is None:
+        if not str(d.get("reason") or "").startswith(TRIAL_REASONS) or d.get("config") is None:
             continue
         cfg, at = list(d["config"]), int(d["iteration"])
         until = next((m for m in marks if m > at), None)
@@ -269,7 +274,7 @@ def table_md(summary: Mapping[str, Any]) -> str:
             lines += ["", "Configs run:", ""] + notes
         trials = [_trials_line(s["name"], m, r["trials"]) for s in mine for m, r in s["methods"].items() if "trials" in r]
         if trials:
-            lines += ["", "Trials (the tuners' explore decisions; medians over repeats): how many, their iterations, "
+            lines += ["", "Trials (the tuners' explore decisions and the search's measurements of other candidates; medians over repeats): how many, their iterations, "
                       "their speed over those iterations against the ByteScheduler-default run of the same round, and "
                       "the time they took beyond it as a share of that run's time:", ""] + trials
         g = summary["geomean"].get(tag)

@@ -323,6 +323,12 @@ def test_trials_are_the_iterations_after_an_explore_decision_and_cost_time_again
     assert trial_spans(its, rows) == [(5, 7)]
     # an explore decision held back (the next row comes before any iteration at its configuration): no trial
     assert trial_spans(its, [{"iteration": 0, "config": B, "reason": "explore: ..."}, {"iteration": 2, "config": A, "reason": "guard: ..."}]) == []
+    # a window of another candidate of the search's race is a trial too; its winner's move is not
+    def searched(reason: str) -> list[dict]:
+        return [{**r, "reason": reason} if str(r["reason"]).startswith("explore") else r for r in rows]
+
+    assert trial_spans(its, searched("search: measuring <...> (1 of 3 windows)")) == [(5, 7)]
+    assert trial_spans(its, searched("search: <...> fastest at 10.0 samples/s")) == []
     start = _cfg_run([(0.1, A)] * 20)  # the default's run: 2 s in all
     t = trial_cost(its, rows, start)
     assert t["trials"] == 1 and t["iterations"] == 2 and t["share"] == pytest.approx(0.1)
