@@ -3,7 +3,8 @@
     python benchmarks/suite_trials.py DIR [METHOD,METHOD...]
 
 For each scenario and tuned method (default: every ``autobyte`` and
-``tuner:NAME`` run found): the trials (explore decisions) of each repeat,
+``tuner:NAME`` run found): the trials (explore decisions, and the search's
+measurements of other candidates) of each repeat,
 their share of the run's iterations, their speed over those iterations
 against the ByteScheduler-default run of the same round, and the time they
 took beyond it as a share of that run's time
