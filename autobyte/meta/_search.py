@@ -83,15 +83,18 @@ class Search:
         return min(0.15, max(0.005, pair_scatter(list(self.gaps)) / math.sqrt(1.5)))
 
     def shortlist(self, space: SearchSpace, predicted: np.ndarray, current: Config, known: Sequence[Config],
-                  equivalence: Equivalence | None = None, skip: Collection[Config] = ()) -> list[Config]:
+                  equivalence: Equivalence | None = None, skip: Collection[Config] = (),
+                  around: Sequence[Config] = ()) -> list[Config]:
         """The candidates of a new search, in the order they are measured.
 
         ``known``: configurations measured fastest elsewhere (the conditions
         seen before, the job's start), tried first after ``current``. Then
         the network's ``top`` first choices within ``max_distance`` of
-        ``current``, and ``current``'s partition neighbours (a quarter and
-        four times, at its credit multiple: where the network ranks least
-        reliably), one per schedule class not yet listed. Neighbours outside
+        ``current``, and the partition neighbours (a quarter and four times,
+        at its credit multiple: where the network ranks least reliably) of
+        ``current`` and of each of ``around`` (the job's start: on the CPU
+        testbed the best static configuration was its quarter, <1 MiB, 2-4X>,
+        in every suite run), one per schedule class not yet listed. Neighbours outside
         ``space`` are snapped to its nearest candidate. ``skip``: never
         listed (past jobs measured them slower).
         """
@@ -118,10 +121,11 @@ class Search:
             before = len(out)
             add(space[int(k)])
             n += len(out) > before
-        for f in (0.25, 4.0):
-            p = int(current.partition_bytes * f)
-            if p > 0:
-                add(space.nearest(Config.from_multiple(p, current.credit_multiple)))
+        for c in (current, *around):
+            for f in (0.25, 4.0):
+                p = int(c.partition_bytes * f)
+                if p > 0:
+                    add(space.nearest(Config.from_multiple(p, c.credit_multiple)))
         return out
 
     @staticmethod
@@ -151,6 +155,11 @@ class Search:
             if math.log(lv / m[0]) <= self.z * se:
                 alive.append(c)
         return alive, leader
+
+    def leader(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> Config | None:
+        """The fastest configuration measured among the race's candidates (``None``: none measured yet)."""
+        cands = list(shortlist) + [c for c in measured if c not in shortlist]
+        return self.standing(cands, measured)[1]
 
     def propose(self, shortlist: Sequence[Config], measured: dict[Config, list[float]], current: Config,
                 horizon: float) -> tuple[Config, str] | None:

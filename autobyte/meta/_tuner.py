@@ -337,13 +337,24 @@ class AutoByteTuner(Tuner):
         if leap is not None:
             return leap
         cfg, reason = step
+        predicted = float(sc.predicted[self.space.index(cfg)]) if cfg in self.space else None
+        lead = self.search.leader(regime.shortlist or [], regime.measured)
+        if cfg != obs.config and cfg != lead and obs.harm_allowance is not None:
+            # a window of another candidate must fit the do-no-harm allowance even one error below its estimate, as a
+            # trial of the explorer must; else the leader runs (banking its gain) until the allowance has room again
+            est, err = (measured[cfg], self.search.sigma()) if cfg in measured else (predicted or obs.speed, self.scorer.sigma())
+            worst = self.explorer.trial_iters * max(0.0, obs.speed / (est * math.exp(-err)) - 1.0)
+            if worst > obs.harm_allowance:
+                why = f"a window of {cfg} could cost {worst:.1f} iterations, the do-no-harm allowance is {obs.harm_allowance:.1f}"
+                if lead is None or lead == obs.config:
+                    return None
+                return self._decide(obs, lead, f"search: back to the leader {lead}: {why}", measured.get(lead))
         if cfg == obs.config:
             _log.debug("autobyte: window %d keeps %s at %.1f samples/s: %s", self._window, obs.config, obs.speed, reason)
             return None
         if cfg in regime.measured:
             return self._decide(obs, cfg, reason, measured.get(cfg))
         # an unmeasured candidate: a trial, which the aborter may end at a check
-        predicted = float(sc.predicted[self.space.index(cfg)]) if cfg in self.space else None
         self._trial = (cfg, predicted if predicted is not None else obs.speed, obs.config)
         self.n_trials += 1
         return self._decide(obs, cfg, reason, predicted)
@@ -381,7 +392,8 @@ class AutoByteTuner(Tuner):
             known = [b for r in reversed(self.ledger.regimes) if r is not regime and (b := r.best()) is not None][:2]
             known.append(self.begun or obs.config)
             regime.shortlist = self.search.shortlist(self.space, sc.predicted, obs.config, known,
-                                                     self.scorer.equivalence, self.slower)
+                                                     self.scorer.equivalence, self.slower,
+                                                     around=[self.begun or obs.config])
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, "
                       "%d windows each unless measured out", regime.ident, horizon,
                       ", ".join(map(str, regime.shortlist)), self.search.windows)

@@ -32,6 +32,11 @@ def test_the_shortlist_is_the_start_what_was_measured_elsewhere_the_networks_cho
     assert out == [START, cfg(MiB, 2), cfg(16 * MiB, 1), cfg(4 * MiB, 1), cfg(MiB, 4), cfg(16 * MiB, 4)]
 
 
+def test_the_shortlist_lists_the_neighbours_of_the_jobs_start_too():
+    out = Search(top=0).shortlist(SPACE, np.zeros(len(SPACE)), cfg(16 * MiB, 2), [], around=[START])
+    assert out == [cfg(16 * MiB, 2), cfg(4 * MiB, 2), cfg(64 * MiB, 2), cfg(MiB, 4), cfg(16 * MiB, 4)]
+
+
 def test_the_shortlist_snaps_neighbours_into_the_space_and_skips_what_past_jobs_measured_slower():
     start = Config(3_999_999, 15_999_996)  # ByteScheduler's default is not a power of two
     out = Search(top=0).shortlist(SPACE, np.zeros(len(SPACE)), start, [], skip={cfg(16 * MiB, 4)})
@@ -115,3 +120,13 @@ def test_in_lasting_conditions_the_tuner_measures_its_shortlist_and_settles_on_t
     assert all(measured[c][1] >= t.search.windows for c in alive)
     assert seen[-1] == leader and seen[-5:] == [leader] * 5
     assert "search" in t.state_dict() and t.state_dict()["ledger"]["regimes"][-1]["shortlist"]
+
+
+def test_the_race_waits_for_the_do_no_harm_allowance(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False)
+    cur = t.start(SPACE, START)
+    for w in range(12):  # no allowance left: no window of another candidate may risk a cost
+        obs = _sim_window(cur, w)
+        d = t.observe(Observation(obs.iteration, cur, obs.speed, obs.features, harm_allowance=0.0))
+        assert d is None or d.config == cur, d
+    assert t.ledger.current.shortlist is not None and list(t.ledger.current.measured) == [START]
