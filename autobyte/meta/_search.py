@@ -156,6 +156,24 @@ class Search:
                 alive.append(c)
         return alive, leader
 
+    def window_cost(self, cfg: Config, speed: float, measured: dict[Config, float], predicted: float, sigma: float,
+                    downside: float, widen: float, iters: int) -> float:
+        """What a window of ``cfg`` could cost, in iterations' worth against ``speed``, one error below its estimate.
+
+        A measured candidate: its mean here, this job's window scatter. An
+        unmeasured one: ``predicted``, with the predictor's error ``sigma``
+        widened by ``widen`` per power of two from the nearest configuration
+        measured here, or as far as ``downside`` (the worst over-prediction
+        seen on this job), as the explorer takes a trial's.
+        """
+        if cfg in measured:
+            est, err = measured[cfg], self.sigma()
+        else:
+            far = min((max(abs(math.log2(cfg.partition_bytes / c.partition_bytes)),
+                           abs(math.log2(cfg.credit_bytes / c.credit_bytes))) for c in measured), default=0.0)
+            est, err = predicted, max(sigma * (1.0 + widen * far), downside)
+        return iters * max(0.0, speed / (est * math.exp(-err)) - 1.0)
+
     def leader(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> Config | None:
         """The fastest configuration measured among the race's candidates (``None``: none measured yet)."""
         cands = list(shortlist) + [c for c in measured if c not in shortlist]

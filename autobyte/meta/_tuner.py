@@ -229,7 +229,7 @@ class AutoByteTuner(Tuner):
 
     def _new_search(self) -> Search | None:
         """The search of a job's lasting conditions (a subclass may build it otherwise, or return ``None``: none)."""
-        return Search(min_horizon=self.search_horizon)
+        return Search(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
 
     def _reset(self) -> None:
         self.ledger = self._new_ledger()
@@ -342,8 +342,8 @@ class AutoByteTuner(Tuner):
         if cfg != obs.config and cfg != lead and obs.harm_allowance is not None:
             # a window of another candidate must fit the do-no-harm allowance even one error below its estimate, as a
             # trial of the explorer must; else the leader runs (banking its gain) until the allowance has room again
-            est, err = (measured[cfg], self.search.sigma()) if cfg in measured else (predicted or obs.speed, self.scorer.sigma())
-            worst = self.explorer.trial_iters * max(0.0, obs.speed / (est * math.exp(-err)) - 1.0)
+            worst = self.search.window_cost(cfg, obs.speed, measured, predicted or obs.speed, self.scorer.sigma(),
+                                            self.scorer.downside(), self.explorer.widen, self.explorer.trial_iters)
             if worst > obs.harm_allowance:
                 why = f"a window of {cfg} could cost {worst:.1f} iterations, the do-no-harm allowance is {obs.harm_allowance:.1f}"
                 if lead is None or lead == obs.config:

@@ -130,3 +130,15 @@ def test_the_race_waits_for_the_do_no_harm_allowance(fresh_net):
         d = t.observe(Observation(obs.iteration, cur, obs.speed, obs.features, harm_allowance=0.0))
         assert d is None or d.config == cur, d
     assert t.ledger.current.shortlist is not None and list(t.ledger.current.measured) == [START]
+
+
+def test_a_windows_risk_widens_with_distance_from_what_was_measured():
+    s = Search(noise=0.03)
+    a, near, far = START, cfg(2 * MiB, 4), cfg(256 * KiB, 4)
+    measured = {a: 100.0}
+    # measured: its own mean one window scatter below; unmeasured: the predictor's error, widened per power of two
+    assert s.window_cost(a, 100.0, measured, 0.0, 0.1, 0.0, 0.25, 12) == pytest.approx(12 * (math.exp(0.03) - 1))
+    assert s.window_cost(near, 100.0, measured, 100.0, 0.1, 0.0, 0.25, 12) == pytest.approx(12 * (math.exp(0.1 * 1.25) - 1))
+    assert s.window_cost(far, 100.0, measured, 100.0, 0.1, 0.0, 0.25, 12) == pytest.approx(12 * (math.exp(0.1 * 2.0) - 1))
+    assert s.window_cost(near, 100.0, measured, 100.0, 0.1, 0.5, 0.25, 12) == pytest.approx(12 * (math.exp(0.5) - 1))
+    assert s.window_cost(near, 100.0, measured, 200.0, 0.1, 0.0, 0.25, 12) == 0.0  # far faster even one error below
