@@ -42,17 +42,17 @@ class AutoByteTuner(Tuner):
 
     1. :class:`~autobyte.meta._scorer.Scorer` predicts every candidate's
        speed, anchored on the speed observed for the configuration in force,
-       one prediction per schedule (candidates that run the same schedule on
-       this job's gradients are one), the network's ratios scaled by how they
-       compared with what was measured on this job.
+       one prediction per schedule, the network's ratios scaled and corrected
+       by a credit/partition trend fitted on what was measured on this job.
     2. :class:`~autobyte.meta._ledger.Ledger` files the window under its
        regime (set of conditions). When the controller's detector saw
        conditions change, a past regime whose measurement of the configuration
        in force matches is recalled with all it measured; otherwise a new one
        starts. Nothing measured is forgotten at a change.
-    3. :class:`~autobyte.meta._learner.Learner` labels pairs of windows and
-       adapts the network's head when a checked prediction was wrong by more
-       than ``max_error``.
+    3. :class:`~autobyte.meta._learner.Learner` adapts the network's head on
+       a bad prediction. Where conditions last, :class:`~autobyte.meta._search.Search`
+       races a shortlist over several windows each and decides before 4-7
+       (after the Verifier, inside the do-no-harm allowance).
     4. :class:`~autobyte.meta._moves.Mover` goes to the fastest configuration
        measured in this regime when it beats the one in force by ``min_gain``
        (after a trial that measured slower, that is the rollback).
