@@ -51,8 +51,8 @@ class AutoByteTuner(Tuner):
        starts. Nothing measured is forgotten at a change.
     3. :class:`~autobyte.meta._learner.Learner` adapts the network's head on
        a bad prediction. Where conditions last, :class:`~autobyte.meta._search.Search`
-       races a shortlist over several windows each and decides before 4-7
-       (after the Verifier, inside the do-no-harm allowance).
+       races a shortlist over several windows each and decides before 4, 6, 7
+       (after the Verifier, 5, and inside the do-no-harm allowance).
     4. :class:`~autobyte.meta._moves.Mover` goes to the fastest configuration
        measured in this regime when it beats the one in force by ``min_gain``
        (after a trial that measured slower, that is the rollback).
