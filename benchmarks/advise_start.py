@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from typing import Any, Mapping
 
-from autobyte.core.space import BYTESCHEDULER_DEFAULT, Config
+from autobyte.core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 
 
 def _grid(summary: Mapping[str, Any]) -> dict[str, dict[Config, float]]:
@@ -37,9 +36,8 @@ def _grid(summary: Mapping[str, Any]) -> dict[str, dict[Config, float]]:
 
 
 def nearest(grid: Mapping[Config, float], c: Config) -> Config:
-    """The grid configuration nearest ``c`` in log2 partition and log2 credit (as ``SearchSpace.nearest``)."""
-    return min(sorted(grid, key=lambda g: (g.partition_bytes, g.credit_bytes)),
-               key=lambda g: abs(math.log2(g.partition_bytes / c.partition_bytes)) + abs(math.log2(g.credit_bytes / c.credit_bytes)))
+    """The grid configuration nearest ``c`` (:meth:`SearchSpace.nearest`; ties to the smaller partition, then credit)."""
+    return SearchSpace(sorted(grid, key=lambda g: (g.partition_bytes, g.credit_bytes))).nearest(c)
 
 
 def trace_seconds(sc: Any, grids: Mapping[str, Mapping[Config, float]], c: Config) -> float:

@@ -65,6 +65,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]  # the package, and the sibling script collect.py
 
 from autobyte.core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace  # noqa: E402
+from autobyte.meta._scorer import trend_coords  # noqa: E402
 
 TOLS = (0.01, 0.02, 0.05)
 KS = (1, 3)
@@ -349,10 +350,8 @@ class ShippedSeenRanker:
 RIDGE = 0.5
 
 
-def trend_features(configs: np.ndarray) -> np.ndarray:
-    """``(K, 2)``: log2 credit multiple and log2 partition, the two axes the network's misses lie along."""
-    p, c = configs[:, 0].astype(np.float64), configs[:, 1].astype(np.float64)
-    return np.stack([np.log2(c / p), np.log2(p)], axis=1)
+#: ``(K, 2)``: log2 credit multiple and log2 partition, the two axes the network's misses lie along (the scorer's own)
+trend_features = trend_coords
 
 
 class ResidualRanker:
