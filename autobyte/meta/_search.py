@@ -174,9 +174,14 @@ class Search:
             est, err = predicted, max(sigma * (1.0 + widen * far), downside)
         return iters * max(0.0, speed / (est * math.exp(-err)) - 1.0)
 
+    @staticmethod
+    def _entrants(shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> list[Config]:
+        """The race's candidates: the shortlist, then every other configuration measured in these conditions."""
+        return list(shortlist) + [c for c in measured if c not in shortlist]
+
     def leader(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> Config | None:
         """The fastest configuration measured among the race's candidates (``None``: none measured yet)."""
-        cands = list(shortlist) + [c for c in measured if c not in shortlist]
+        cands = self._entrants(shortlist, measured)
         return self.standing(cands, measured)[1]
 
     def propose(self, shortlist: Sequence[Config], measured: dict[Config, list[float]], current: Config,
@@ -199,7 +204,7 @@ class Search:
         """
         if not shortlist or horizon < self.min_horizon:
             return None
-        cands = list(shortlist) + [c for c in measured if c not in shortlist]
+        cands = self._entrants(shortlist, measured)
         alive, leader = self.standing(cands, measured)
 
         def n(c: Config) -> float:
