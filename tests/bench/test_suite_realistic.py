@@ -21,24 +21,32 @@ FAST, SLOW = Condition(2000), Condition(200)
 
 # -- the suite ------------------------------------------------------------------------------------
 
-def test_realistic_suite_holds_the_issues_constraints():
-    suite = SUITES["realistic"]
+@pytest.mark.parametrize("name,tag", [("realistic", "tune"), ("realistic-heldout", "heldout")])
+def test_realistic_suites_hold_the_issues_constraints(name, tag):
+    suite = SUITES[name]
     scs = suite.scenarios
     assert len(scs) >= 4 and suite.repeats == 2 and suite.grid() == SUITES["full"].grid()
-    assert all(sc.tag == "heldout" for sc in scs)  # for judging only: nobody tunes on them
+    # `realistic` was read to design the tuner's search (tune now); `realistic-heldout` judges it: nobody tunes on it
+    assert all(sc.tag == tag for sc in scs)
     assert all(sc.iters >= 800 for sc in scs) and all(p.iters >= 200 for sc in scs for p in sc.phases)
     assert all(sc.about for sc in scs)
     assert any(len(sc.conditions()) == 1 for sc in scs)  # steady
     assert any(sc.arch == "ps" and len(sc.conditions()) > 1 for sc in scs)  # a parameter server whose link changes
     assert any(c.slowdown > 1.0 and c.slow_ranks == (0, 1) for sc in scs for c in sc.conditions())  # the compute changes
-    # a model no scenario of another measuring suite trains (the smoke suites are the test suite's plumbing runs)
-    others = {sc.model for name, s in SUITES.items() if name != "realistic" and not name.endswith("smoke") for sc in s.scenarios}
-    assert any(sc.model not in others for sc in scs)
     # sized to run bytescheduler, hindsight and autobyte twice in about an hour on 2 cores: the grids' iterations
     # (one grid per distinct model and condition) are a few percent of the runs'
     n_grids = len({(sc.model_key, sc.entered_from(c), c) for sc in scs for c in sc.conditions()})
     grid_iters = n_grids * (len(suite.grid()) * (suite.grid_iters + suite.grid_warmup) + 1)
     assert grid_iters < 0.1 * 3 * suite.repeats * sum(sc.iters for sc in scs)
+
+
+def test_the_held_out_realistic_suite_trains_a_model_no_tuning_scenario_trains():
+    tuned = {sc.model for s in SUITES.values() for sc in s.scenarios if sc.tag == "tune"}
+    held = SUITES["realistic-heldout"].scenarios
+    assert any(sc.model not in tuned and sc.model.startswith("emu:") for sc in held)
+    # nor a scenario of `realistic-heldout` repeats a condition sequence of `realistic` on the same model
+    seen = {(sc.model_key, tuple(p.condition for p in sc.phases)) for sc in SUITES["realistic"].scenarios}
+    assert all((sc.model_key, tuple(p.condition for p in sc.phases)) not in seen for sc in held)
 
 
 # -- grids after the trace's transitions ----------------------------------------------------------
