@@ -27,6 +27,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   conditions.
 * ``autobyte-one-window``: AutoByte without its search (:class:`~autobyte.meta._search.Search`): in
   conditions expected to last too, one-window trials of the network's choices and moves on one window.
+* ``autobyte-fresh-races``: AutoByte whose every race starts afresh in new conditions: what the last race measured out
+  is raced again (:meth:`~autobyte.meta._search.Search.carried_out` empty).
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -43,6 +45,7 @@ from autobyte.core.tuners import register_tuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
 from autobyte.meta import AutoByteTuner, JobHistory
 from autobyte.meta._scorer import Scorer
+from autobyte.meta._search import Search
 
 
 # ------------------------------------------------------------------ AutoByte without one of its policies
@@ -73,6 +76,23 @@ class OneWindow(AutoByteTuner):
 
 
 register_tuner("autobyte-one-window", OneWindow)
+
+
+class FreshSearch(Search):
+    """The search with nothing carried from one race to the next."""
+
+    def carried_out(self, regimes: Any) -> set[Config]:
+        return set()
+
+
+class FreshRaces(AutoByteTuner):
+    """AutoByte whose races start afresh when conditions change."""
+
+    def _new_search(self) -> Any:
+        return FreshSearch(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
+
+
+register_tuner("autobyte-fresh-races", FreshRaces)
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))

@@ -11,7 +11,9 @@ and the start's partition neighbours -- for several windows each, drops a
 candidate once it is slower than the leader by more than the noise can
 explain, and goes to the fastest when every one left has its windows. What
 it measured stays in the regime (:class:`~autobyte.meta._ledger.Regime`),
-so conditions that return resume or reuse their search.
+so conditions that return resume or reuse their search, and what a race
+measured out is not raced again in the conditions that follow
+(:meth:`Search.carried_out`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 from autobyte.core.regime import pair_scatter
 from autobyte.core.space import Config, SearchSpace
 
+from ._ledger import Regime
 from ._plain import _check_range
 from ._scorer import Equivalence
 
@@ -96,7 +99,8 @@ class Search:
         testbed the best static configuration was its quarter, <1 MiB, 2-4X>,
         in every suite run), one per schedule class not yet listed. Neighbours outside
         ``space`` are snapped to its nearest candidate. ``skip``: never
-        listed (past jobs measured them slower).
+        listed (past jobs measured them slower; the last race measured them
+        out, :meth:`carried_out`).
         """
         out: list[Config] = [current]
         classes = {self._class(current, space, equivalence)}
@@ -127,6 +131,25 @@ class Search:
                 if p > 0:
                     add(space.nearest(Config.from_multiple(p, c.credit_multiple)))
         return out
+
+    def carried_out(self, regimes: Sequence[Regime]) -> set[Config]:
+        """What the most recent race of ``regimes`` (most recent first) measured out: left off a new race's shortlist.
+
+        A race's ranking outlives its conditions on this testbed: in every
+        suite run switching per condition is worth a median 0.0% over the
+        best static configuration in hindsight (docs/benchmarks.md section
+        3), and a host's drift of 13% reads as new conditions. So a
+        configuration measured slower than a leader by more than the noise
+        (:meth:`standing`) is not raced again when conditions change; the
+        race that follows is between the leaders and what the network ranks
+        first in the new conditions. Empty before any race.
+        """
+        for r in regimes:
+            if r.shortlist:
+                cands = self._entrants(r.shortlist, r.measured)
+                alive, _ = self.standing(cands, r.measured)
+                return {c for c in cands if c in r.measured and c not in alive}
+        return set()
 
     @staticmethod
     def _class(c: Config, space: SearchSpace, equivalence: Equivalence | None) -> Any:

@@ -389,10 +389,10 @@ class AutoByteTuner(Tuner):
             if horizon < self.search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             # what was measured fastest in other conditions of this job (most recent first), and the job's start
-            known = [b for r in reversed(self.ledger.regimes) if r is not regime and (b := r.best()) is not None][:2]
-            known.append(self.begun or obs.config)
-            regime.shortlist = self.search.shortlist(self.space, sc.predicted, obs.config, known,
-                                                     self.scorer.equivalence, self.slower,
+            others = [r for r in reversed(self.ledger.regimes) if r is not regime]
+            known = [b for r in others if (b := r.best()) is not None][:2] + [self.begun or obs.config]
+            regime.shortlist = self.search.shortlist(self.space, sc.predicted, obs.config, known, self.scorer.equivalence,
+                                                     self.slower | self.search.carried_out(others),
                                                      around=[self.begun or obs.config])
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, "
                       "%d windows each unless measured out", regime.ident, horizon,

@@ -142,3 +142,30 @@ def test_a_windows_risk_widens_with_distance_from_what_was_measured():
     assert s.window_cost(far, 100.0, measured, 100.0, 0.1, 0.0, 0.25, 12) == pytest.approx(12 * (math.exp(0.1 * 2.0) - 1))
     assert s.window_cost(near, 100.0, measured, 100.0, 0.1, 0.5, 0.25, 12) == pytest.approx(12 * (math.exp(0.5) - 1))
     assert s.window_cost(near, 100.0, measured, 200.0, 0.1, 0.0, 0.25, 12) == 0.0  # far faster even one error below
+
+
+def test_what_a_race_measured_out_is_not_raced_again_when_conditions_change():
+    s = Search(noise=0.03)
+    a, b, c = cfg(MiB, 4), START, cfg(16 * MiB, 4)
+    raced = Regime(1, {a: [100.0, 3.0, 9.0], b: [99.0, 3.0, 8.0], c: [80.0, 1.0, 3.0]}, windows=9, shortlist=[b, a, c])
+    assert s.carried_out([Regime(2), raced]) == {c}  # the most recent race: c out, b within the noise of a
+    assert s.carried_out([Regime(2, {a: [1.0, 1.0, 1.0]})]) == set()  # no race yet: nothing carried
+    predicted = np.zeros(len(SPACE))
+    assert c not in s.shortlist(SPACE, predicted, a, [b], skip=s.carried_out([raced]))
+
+
+def test_after_a_change_the_tuner_races_only_what_the_last_race_left_in(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False)
+    cur, w = t.start(SPACE, START), 0
+    for cluster, n in ((sim.Cluster.from_gbps(4, 5.0, "ps"), 40), (sim.Cluster.from_gbps(4, 2.0, "ps"), 6)):
+        for k in range(n):
+            res = sim.simulate(sim.get_model("resnet50"), cluster, cur, n_iters=2, seed=w)
+            d = t.observe(Observation(w * 10, cur, float(res.features().speed.sum()), res.features(),
+                                      regime_changed=(w > 0 and k == 0)))
+            cur = d.config if d is not None else cur
+            w += 1
+    first, second = t.ledger.regimes[0], t.ledger.current
+    out = t.search.carried_out([first])
+    assert first.shortlist and out  # the first race measured some candidates out ...
+    assert second is not first and second.shortlist is not None
+    assert not out & set(second.shortlist)  # ... and the second race does not list them
