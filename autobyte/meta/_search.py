@@ -11,8 +11,8 @@ and the start's partition neighbours -- for several windows each, drops a
 candidate once it is slower than the leader by more than the noise can
 explain, and goes to the fastest when every one left has its windows. What
 it measured stays in the regime (:class:`~autobyte.meta._ledger.Regime`),
-so conditions that return resume or reuse their search, and what a race
-measured out is not raced again in the conditions that follow
+so conditions that return resume or reuse their search, and what was
+measured out there is neither raced nor tried in the conditions that follow
 (:meth:`Search.carried_out`).
 """
 
@@ -99,7 +99,7 @@ class Search:
         testbed the best static configuration was its quarter, <1 MiB, 2-4X>,
         in every suite run), one per schedule class not yet listed. Neighbours outside
         ``space`` are snapped to its nearest candidate. ``skip``: never
-        listed (past jobs measured them slower; the last race measured them
+        listed (past jobs measured them slower; the last regime measured them
         out, :meth:`carried_out`).
         """
         out: list[Config] = [current]
@@ -133,20 +133,22 @@ class Search:
         return out
 
     def carried_out(self, regimes: Sequence[Regime]) -> set[Config]:
-        """What the most recent race of ``regimes`` (most recent first) measured out: left off a new race's shortlist.
+        """What the most recent of ``regimes`` (most recent first) that ranked two or more configurations measured out.
 
-        A race's ranking outlives its conditions on this testbed: in every
-        suite run switching per condition is worth a median 0.0% over the
-        best static configuration in hindsight (docs/benchmarks.md section
-        3), and a host's drift of 13% reads as new conditions. So a
-        configuration measured slower than a leader by more than the noise
-        (:meth:`standing`) is not raced again when conditions change; the
-        race that follows is between the leaders and what the network ranks
-        first in the new conditions. Empty before any race.
+        A ranking outlives its conditions on this testbed: in every suite run
+        switching per condition is worth a median 0.0% over the best static
+        configuration in hindsight (docs/benchmarks.md section 3), and a
+        host's drift of 13% reads as new conditions. So a configuration
+        measured slower than that regime's leader by more than the noise
+        (:meth:`standing`, over its race's candidates and everything else
+        measured there) is neither raced nor tried again when conditions
+        change: the race that follows is between the leaders, the start and
+        what the network ranks first in the new conditions. Empty before
+        any regime ranked two.
         """
         for r in regimes:
-            if r.shortlist:
-                cands = self._entrants(r.shortlist, r.measured)
+            if len(r.measured) >= 2:
+                cands = self._entrants(r.shortlist or [], r.measured)
                 alive, _ = self.standing(cands, r.measured)
                 return {c for c in cands if c in r.measured and c not in alive}
         return set()

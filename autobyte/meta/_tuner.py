@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from autobyte.core._checks import check_fraction
+from autobyte.core._checks import check_fraction, check_int
 from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuning import Decision, Observation, Tuner
 
@@ -186,10 +186,8 @@ class AutoByteTuner(Tuner):
         self.noise_z = check_fraction("noise_z", noise_z, 100.0, optional=True)
         if network is not None and weights is not None:
             raise ValueError("pass either network or weights, not both.")
-        if isinstance(replay_size, bool) or not isinstance(replay_size, int) or replay_size < 1:
-            raise ValueError(f"replay_size must be a positive integer, but got replay_size={replay_size!r}.")
-        if isinstance(trial_iters, bool) or not isinstance(trial_iters, int) or trial_iters < 1:
-            raise ValueError(f"trial_iters must be a positive integer, but got trial_iters={trial_iters!r}.")
+        check_int("replay_size", replay_size)
+        check_int("trial_iters", trial_iters)
         if not isinstance(adapt_process, bool):
             raise ValueError("adapt_process must be True (adapt in a worker process) or False (in a thread), "
                              f"but got adapt_process={adapt_process!r}.")
@@ -368,7 +366,7 @@ class AutoByteTuner(Tuner):
         trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
                                           self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
                                           self.scorer.equivalence, self.scorer.downside(),
-                                          self.trial_record.spread(self.shrink), skip=self.slower)
+                                          self.trial_record.spread(self.shrink), skip=self._carried(regime))
         if trial_cfg is None:
             return None
         predicted = float(sc.predicted[self.space.index(trial_cfg[0])])
@@ -378,6 +376,10 @@ class AutoByteTuner(Tuner):
         self.trial_record.expect(trial_cfg[0], max(measured.values()))
         self.n_trials += 1
         return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
+
+    def _carried(self, regime: Regime) -> frozenset[Config]:
+        """Not tried in ``regime``: what past jobs measured slower, and what the last regime measured out (Search.carried_out)."""
+        return self.slower | (self.search.carried_out([r for r in reversed(self.ledger.regimes) if r is not regime]) if self.search else set())
 
     def _search(self, obs: Observation, sc: Scores, regime: Regime, horizon: float) -> tuple[Config, str] | None:
         """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when
@@ -389,11 +391,9 @@ class AutoByteTuner(Tuner):
             if horizon < self.search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             # what was measured fastest in other conditions of this job (most recent first), and the job's start
-            others = [r for r in reversed(self.ledger.regimes) if r is not regime]
-            known = [b for r in others if (b := r.best()) is not None][:2] + [self.begun or obs.config]
-            regime.shortlist = self.search.shortlist(self.space, sc.predicted, obs.config, known, self.scorer.equivalence,
-                                                     self.slower | self.search.carried_out(others),
-                                                     around=[self.begun or obs.config])
+            known = [b for r in reversed(self.ledger.regimes) if r is not regime and (b := r.best()) is not None][:2]
+            regime.shortlist = self.search.shortlist(self.space, sc.predicted, obs.config, known + [self.begun or obs.config],
+                                                     self.scorer.equivalence, self._carried(regime), around=[self.begun or obs.config])
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, "
                       "%d windows each unless measured out", regime.ident, horizon,
                       ", ".join(map(str, regime.shortlist)), self.search.windows)

@@ -148,24 +148,35 @@ def test_what_a_race_measured_out_is_not_raced_again_when_conditions_change():
     s = Search(noise=0.03)
     a, b, c = cfg(MiB, 4), START, cfg(16 * MiB, 4)
     raced = Regime(1, {a: [100.0, 3.0, 9.0], b: [99.0, 3.0, 8.0], c: [80.0, 1.0, 3.0]}, windows=9, shortlist=[b, a, c])
-    assert s.carried_out([Regime(2), raced]) == {c}  # the most recent race: c out, b within the noise of a
-    assert s.carried_out([Regime(2, {a: [1.0, 1.0, 1.0]})]) == set()  # no race yet: nothing carried
+    assert s.carried_out([Regime(2), raced]) == {c}  # the most recent ranking: c out, b within the noise of a
+    assert s.carried_out([Regime(2, {a: [1.0, 1.0, 1.0]})]) == set()  # one configuration measured: nothing ranked
     predicted = np.zeros(len(SPACE))
     assert c not in s.shortlist(SPACE, predicted, a, [b], skip=s.carried_out([raced]))
 
 
-def test_after_a_change_the_tuner_races_only_what_the_last_race_left_in(fresh_net):
+def test_after_a_change_the_tuner_neither_races_nor_tries_what_the_last_regime_measured_out(fresh_net):
     t = AutoByteTuner(fresh_net, background=False, adapt=False)
-    cur, w = t.start(SPACE, START), 0
-    for cluster, n in ((sim.Cluster.from_gbps(4, 5.0, "ps"), 40), (sim.Cluster.from_gbps(4, 2.0, "ps"), 6)):
+    cur, w, ran = t.start(SPACE, START), 0, []
+    for cluster, n in ((sim.Cluster.from_gbps(4, 5.0, "ps"), 40), (sim.Cluster.from_gbps(4, 2.0, "ps"), 12)):
+        ran.append([])
         for k in range(n):
             res = sim.simulate(sim.get_model("resnet50"), cluster, cur, n_iters=2, seed=w)
             d = t.observe(Observation(w * 10, cur, float(res.features().speed.sum()), res.features(),
                                       regime_changed=(w > 0 and k == 0)))
             cur = d.config if d is not None else cur
+            ran[-1].append(cur)
             w += 1
     first, second = t.ledger.regimes[0], t.ledger.current
     out = t.search.carried_out([first])
     assert first.shortlist and out  # the first race measured some candidates out ...
     assert second is not first and second.shortlist is not None
     assert not out & set(second.shortlist)  # ... and the second race does not list them
+    assert not out & set(ran[1])  # nor does any trial run them
+    assert t._carried(second) >= out
+
+
+def test_what_a_regime_without_a_race_measured_out_is_carried_too():
+    s = Search(noise=0.03)
+    a, c = cfg(MiB, 4), cfg(16 * MiB, 4)
+    assert s.carried_out([Regime(1, {a: [100.0, 2.0, 5.0], c: [70.0, 1.0, 3.0]}, windows=5)]) == {c}
+    assert s.carried_out([Regime(1, {a: [100.0, 2.0, 5.0]}, windows=5)]) == set()  # one configuration ranks nothing
