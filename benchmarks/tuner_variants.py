@@ -27,8 +27,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   conditions.
 * ``autobyte-one-window``: AutoByte without its search (:class:`~autobyte.meta._search.Search`): in
   conditions expected to last too, one-window trials of the network's choices and moves on one window.
-* ``autobyte-fresh-races``: AutoByte whose every race starts afresh in new conditions: what the last race measured out
-  is raced again (:meth:`~autobyte.meta._search.Search.carried_out` empty).
+* ``autobyte-fresh-races``: AutoByte that starts afresh in new conditions: what the last regime measured out is raced
+  and tried again (:meth:`~autobyte.meta._search.Search.carried_out` empty).
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -86,7 +86,7 @@ class FreshSearch(Search):
 
 
 class FreshRaces(AutoByteTuner):
-    """AutoByte whose races start afresh when conditions change."""
+    """AutoByte that races and tries afresh when conditions change."""
 
     def _new_search(self) -> Any:
         return FreshSearch(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
