@@ -28,7 +28,7 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
 * ``autobyte-one-window``: AutoByte without its search (:class:`~autobyte.meta._search.Search`): in
   conditions expected to last too, one-window trials of the network's choices and moves on one window.
 * ``autobyte-fresh-races``: AutoByte that starts afresh in new conditions: what the last regime measured out is raced
-  and tried again (:meth:`~autobyte.meta._search.Search.carried_out` empty).
+  and tried again (the tuner's skip without :meth:`~autobyte.meta._search.Search.carried_out`).
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -45,7 +45,6 @@ from autobyte.core.tuners import register_tuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
 from autobyte.meta import AutoByteTuner, JobHistory
 from autobyte.meta._scorer import Scorer
-from autobyte.meta._search import Search
 
 
 # ------------------------------------------------------------------ AutoByte without one of its policies
@@ -78,18 +77,11 @@ class OneWindow(AutoByteTuner):
 register_tuner("autobyte-one-window", OneWindow)
 
 
-class FreshSearch(Search):
-    """The search with nothing carried from one race to the next."""
-
-    def carried_out(self, regimes: Any) -> set[Config]:
-        return set()
-
-
 class FreshRaces(AutoByteTuner):
-    """AutoByte that races and tries afresh when conditions change."""
+    """AutoByte that races and tries afresh when conditions change: nothing skipped but what past jobs measured slower."""
 
-    def _new_search(self) -> Any:
-        return FreshSearch(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
+    def _carried(self, regime: Any) -> frozenset[Config]:
+        return self.slower
 
 
 register_tuner("autobyte-fresh-races", FreshRaces)
