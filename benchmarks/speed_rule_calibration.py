@@ -81,25 +81,36 @@ def runs_of(path: Path, check: int) -> dict[str, list[Check]]:
     return runs
 
 
-def replay(checks: Sequence[Check], threshold: float, z: float | None) -> tuple[int, int, int, int, list[float]]:
-    """(false alarms, clean pairs, changes seen, pairs across a change, thresholds used) over one run."""
-    det = RegimeDetector(threshold, step_change=None, noise_z=z)
+def replay(checks: Sequence[Check], threshold: float, z: float | None,
+           confirm: float | None = None) -> tuple[int, int, int, int, list[float]]:
+    """(false alarms, clean pairs, changes seen, pairs across a change, thresholds used) over one run.
+
+    With ``confirm``, a change the detector confirms at the check after a pair across a change is that
+    change seen (one check late), not a false alarm of the clean pair it confirms with.
+    """
+    det = RegimeDetector(threshold, step_change=None, noise_z=z, confirm=confirm)
     last: dict[tuple[int, int], str] = {}
     fa = clean = caught = across = 0
     used: list[float] = []
+    pending = False  # the last check was a pair across a change that the detector holds as a suspicion
     for cfg, cond, speed in checks:
         c = Config(*cfg)
         measured = c in det.last
         thr = det.speed_threshold()
         big = det.observe(c, speed)
+        late, pending = pending, False
         if measured:
             used.append(math.expm1(thr))
             if last[cfg] == cond:
                 clean += 1
-                fa += big
+                if late and big:
+                    caught += 1  # the change across the pair before, confirmed here
+                else:
+                    fa += big
             else:
                 across += 1
                 caught += big
+                pending = not big and det.suspect is not None
         last[cfg] = cond
     return fa, clean, caught, across, used
 
@@ -128,23 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold", type=float, default=0.15, help="the fixed threshold (0.15)")
     ap.add_argument("--z", default="2.5,3,3.5,4", help="noise_z values to compare with the fixed threshold")
     ap.add_argument("--mover", default="0.02,0.05", help="gains of the mover's table ('' for none)")
+    ap.add_argument("--confirm", default="none,2", help="the detector's confirm values ('none': every change at once)")
     a = ap.parse_args(argv)
     zs: list[float | None] = [None] + [float(x) for x in a.z.split(",") if x.strip()]
+    confirms = [None if x.strip() == "none" else float(x) for x in a.confirm.split(",") if x.strip()]
     gains = [float(x) for x in a.mover.split(",") if x.strip()]
     for path in a.inputs:
         runs = runs_of(path, a.check)
         print(f"## {path} ({len(runs)} runs, checks of {a.check} iterations)\n")
         print("| rule | false alarms / clean pairs | changes seen / pairs across a change | threshold used (median, max) |")
         print("|---|---:|---:|---:|")
-        for z in zs:
+        for z, cf in [(z, cf) for cf in confirms for z in zs]:
             tot = [0, 0, 0, 0]
             thr: list[float] = []
             for checks in runs.values():
-                r = replay(checks, a.threshold, z)
+                r = replay(checks, a.threshold, z, cf)
                 tot = [t + x for t, x in zip(tot, r[:4])]
                 thr += r[4]
             fa, clean, caught, across = tot
-            name = f"fixed {a.threshold:.0%}" if z is None else f"noise_z {z:g}"
+            name = (f"fixed {a.threshold:.0%}" if z is None else f"noise_z {z:g}") + ("" if cf is None else f", confirm {cf:g}")
             med = sorted(thr)[len(thr) // 2] if thr else float("nan")
             print(f"| {name} | {fa} / {clean} ({fa / max(clean, 1):.1%}) | {caught} / {across} ({caught / max(across, 1):.1%}) "
                   f"| {med:.1%}, {max(thr, default=float('nan')):.1%} |")

@@ -103,6 +103,10 @@ class Tuner(abc.ABC):
     #: configuration (:class:`~autobyte.core.regime.RegimeDetector` ``noise_z``): a host whose checks scatter
     #: widely does not read its noise as changes of conditions; ``None`` (default): the fixed threshold only
     noise_z: float | None = None
+    #: a speed change of one configuration within this many of the detector's thresholds (log units) counts only
+    #: once the next check of that configuration confirms it (:class:`~autobyte.core.regime.RegimeDetector`
+    #: ``confirm``): one odd check is not taken for new conditions; 2.0 (default); ``None``: every change at once
+    confirm: float | None = 2.0
     #: whether the tuner chooses the wire's precision (:class:`~autobyte.core.wire.WireTuner`); ``False``
     #: (default): the job holds it and the tuner sees every configuration at ``"fp32"``
     #: (:class:`~autobyte.core.window.WindowCoordinator` ``wire``)
@@ -171,7 +175,11 @@ class Controller:
     bandwidth drop, another job on the GPU): the iterations before the change
     are dropped and the tuner is asked at once, on the check alone, with
     ``Observation.regime_changed`` set. A change is thus acted on within about
-    ``check_iters`` iterations.
+    ``check_iters`` iterations, or two checks where the speed moved by less
+    than twice the threshold: the detector then waits for the next check
+    of the configuration to confirm it (``RegimeDetector.suspect``), and the
+    window goes on for that check (it is neither completed nor offered to
+    :meth:`Tuner.check` on the suspect check).
     Changes are judged by one rule, :class:`~autobyte.core.regime.RegimeDetector`: a
     configuration measured again runs more than ``regime_change`` away from
     its last measurement in this regime; or, read inside one check whatever
@@ -223,7 +231,7 @@ class Controller:
         ValueError: ``window_iters``, ``warmup_iters``, ``check_iters``,
             ``regime_change``, ``world_size``, ``harm_budget`` or
             ``harm_span`` out of range, or the tuner's ``rate_rise``,
-            ``step_change`` or ``noise_z`` out of range.
+            ``step_change``, ``noise_z`` or ``confirm`` out of range.
     """
 
     tuner: Tuner
@@ -262,7 +270,8 @@ class Controller:
         self._pending: list[Sequence[WindowStats]] = []  # checks of the window being filled
         self.detector = RegimeDetector(rc, rate_rise=getattr(self.tuner, "rate_rise", None),
                                        step_change=getattr(self.tuner, "step_change", None),
-                                       noise_z=getattr(self.tuner, "noise_z", None)) if rc is not None else None
+                                       noise_z=getattr(self.tuner, "noise_z", None),
+                                       confirm=getattr(self.tuner, "confirm", 2.0)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
         if not getattr(self.tuner, "guarded", True):
@@ -331,8 +340,10 @@ class Controller:
             guard.record(iteration, self.current, speed, windows[0].n_iters, changed)
             why = guard.trip(iteration, self.current)
         self._pending.append(list(windows))
-        if why is None and not new_regime and sum(p[0].n_iters for p in self._pending) < self.window_iters:
-            if not self.tuning:
+        # a speed change the detector waits to see confirmed: the window goes on for one more check, which decides
+        suspect = self.detector is not None and self.detector.suspect is not None
+        if why is None and not new_regime and (suspect or sum(p[0].n_iters for p in self._pending) < self.window_iters):
+            if not self.tuning or suspect:
                 return None
             # a window in progress: the tuner may end it here (a trial that already measures badly)
             obs = Observation(iteration, self.current, speed, features,

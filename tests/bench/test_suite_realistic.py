@@ -21,7 +21,7 @@ FAST, SLOW = Condition(2000), Condition(200)
 
 # -- the suite ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,tag", [("realistic", "tune"), ("realistic-heldout", "heldout")])
+@pytest.mark.parametrize("name,tag", [("realistic", "tune"), ("realistic-heldout", "heldout"), ("realistic-judge", "heldout")])
 def test_realistic_suites_hold_the_issues_constraints(name, tag):
     suite = SUITES[name]
     scs = suite.scenarios
@@ -40,13 +40,16 @@ def test_realistic_suites_hold_the_issues_constraints(name, tag):
     assert grid_iters < 0.1 * 3 * suite.repeats * sum(sc.iters for sc in scs)
 
 
-def test_the_held_out_realistic_suite_trains_a_model_no_tuning_scenario_trains():
+@pytest.mark.parametrize("name,before", [("realistic-heldout", ("realistic",)), ("realistic-judge", ("realistic", "realistic-heldout"))])
+def test_the_held_out_realistic_suites_train_a_model_no_tuning_scenario_trains(name, before):
     tuned = {sc.model for s in SUITES.values() for sc in s.scenarios if sc.tag == "tune"}
-    held = SUITES["realistic-heldout"].scenarios
+    held = SUITES[name].scenarios
     assert any(sc.model not in tuned and sc.model.startswith("emu:") for sc in held)
-    # nor a scenario of `realistic-heldout` repeats a condition sequence of `realistic` on the same model
-    seen = {(sc.model_key, tuple(p.condition for p in sc.phases)) for sc in SUITES["realistic"].scenarios}
+    # nor does a scenario repeat a condition sequence of a realistic suite written before it, on the same model and batch
+    seen = {(sc.model_key, tuple(p.condition for p in sc.phases)) for b in before for sc in SUITES[b].scenarios}
     assert all((sc.model_key, tuple(p.condition for p in sc.phases)) not in seen for sc in held)
+    names = [sc.name for s in SUITES.values() for sc in s.scenarios]
+    assert all(names.count(sc.name) == 1 for sc in held)
 
 
 # -- grids after the trace's transitions ----------------------------------------------------------

@@ -117,8 +117,28 @@ def test_a_check_that_mixes_both_regimes_unseen_starts_the_new_regime_and_is_its
     c.decide(9, [_w(100, 10)])
     c.decide(14, [_w(70, 5)])  # the mixed check is the new regime's first
     assert len(seen) == 2 and seen[1].regime_changed and seen[1].speed == pytest.approx(70)
-    c.decide(19, [_w(55, 5)])  # and its reference: the clean 55 against the mixed 70 reads as a second change
+    # and its reference: the clean 55 against the mixed 70 (-21%, within twice the threshold) is a suspected change,
+    # which the next check confirms: the tuner is not asked at the suspect check, and hears of the change at the next
+    assert c.decide(19, [_w(55, 5)]) is None and len(seen) == 2 and c.detector.suspect is not None
+    c.decide(24, [_w(55, 5)])
     assert len(seen) == 3 and seen[2].regime_changed and c.detector.last == {SPACE[0]: 55}
+    assert seen[2].window_share == pytest.approx(0.5)  # the confirming check alone: the suspect one may mix both
+
+
+def test_a_suspected_change_that_the_next_check_denies_is_noise_and_the_window_goes_on():
+    t = _Keeps()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(4, [_w(100, 5)])
+    c.decide(9, [_w(100, 5)])
+    assert len(t.seen) == 1 and not t.seen[0].regime_changed
+    assert c.decide(14, [_w(81, 5)]) is None and c.detector.suspect is not None  # -19%: suspected
+    c.decide(19, [_w(99, 5)])  # back: noise, and the window of the 2 checks completes as one
+    assert len(t.seen) == 2 and not t.seen[1].regime_changed and c.detector.suspect is None
+    assert 81 < t.seen[1].speed < 99
+    assert c.history[-1]["iterations"] == 10 and "regime_changed" not in c.history[-1]
+    c.decide(24, [_w(100, 5)])
+    c.decide(29, [_w(60, 5)])  # -40%, beyond twice the threshold: a change at once
+    assert t.seen[-1].regime_changed and t.seen[-1].speed == pytest.approx(60)
 
 
 def test_a_check_that_steps_inside_is_kept_in_the_statistics_of_a_single_process():

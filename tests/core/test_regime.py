@@ -378,16 +378,16 @@ def test_noise_z_raises_the_threshold_to_the_jobs_own_scatter_and_no_higher_than
 
     # checks of one configuration 8-13% apart, nothing changed, then one 22% off and then a halving
     speeds = [100.0, 108.0, 97.0, 109.0, 96.0, 108.0, 99.0, 110.0, 100.0] + [122.0, 100.0] + [50.0]
-    fixed = RegimeDetector(0.15)
+    fixed = RegimeDetector(0.15, confirm=None)
     assert _noisy(fixed, speeds) == [9, 10, 11]  # the 22% check, the one after it (its pair), the halving
     assert len(fixed.gaps) == 0  # without noise_z no pair is kept
     assert fixed.speed_threshold() == pytest.approx(math.log1p(0.15))
-    d = RegimeDetector(0.15, noise_z=3.0)
+    d = RegimeDetector(0.15, noise_z=3.0, confirm=None)
     assert _noisy(d, speeds) == [11]  # the odd check reads as noise there; the halving is still a change
     assert len(d.gaps) >= PAIR_MIN and max(d.gaps) < math.log(1.25)  # the halving's pair is not kept as noise
     assert math.log1p(0.15) < d.speed_threshold() <= math.log1p(NOISE_CAP)
     # a quiet host keeps the fixed threshold
-    quiet = RegimeDetector(0.15, noise_z=3.0)
+    quiet = RegimeDetector(0.15, noise_z=3.0, confirm=None)
     assert _noisy(quiet, [100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 101.0, 100.0, 120.0]) == [8]
     assert quiet.speed_threshold() == pytest.approx(math.log1p(0.15))
 
@@ -395,7 +395,7 @@ def test_noise_z_raises_the_threshold_to_the_jobs_own_scatter_and_no_higher_than
 def test_noise_z_needs_pair_min_pairs_and_caps_the_threshold():
     from autobyte.core.regime import NOISE_CAP, PAIR_MIN
 
-    d = RegimeDetector(0.15, noise_z=3.0)
+    d = RegimeDetector(0.15, noise_z=3.0, confirm=None)
     for s in [100.0, 110.0][: 2] * 3:  # 5 pairs of 10%: not yet enough to read a scatter
         d.observe(A, s)
     assert len(d.gaps) == PAIR_MIN - 1 and d.speed_threshold() == pytest.approx(math.log1p(0.15))
@@ -413,6 +413,54 @@ def test_noise_z_pairs_live_across_regimes_and_in_the_state():
     e.load_state_dict(json.loads(json.dumps(d.state_dict())))
     assert list(e.gaps) == pytest.approx(list(d.gaps)) and e.speed_threshold() == pytest.approx(d.speed_threshold())
     assert d.state_dict()["noise_z"] == 3.0
+
+
+def test_a_moderate_speed_change_is_confirmed_by_the_next_measurement_of_its_configuration():
+    d = RegimeDetector(0.15)  # confirm=2.0: changes within 2 thresholds (log) wait for the next measurement
+    assert not d.observe(A, 100.0)
+    assert not d.observe(A, 80.0) and d.suspect is not None and d.suspect[0] == A  # -20%: suspected
+    assert d.last == {A: 100.0}  # the reference stays the measurement before
+    assert d.observe(A, 79.0) and d.rule == "speed" and d.last == {A: 79.0}  # still beyond, same side: the change
+    assert d.suspect is None
+
+
+def test_a_suspicion_the_next_measurement_denies_is_noise_and_raises_the_threshold():
+    d = RegimeDetector(0.15, noise_z=3.0)
+    for s in [100.0, 104.0, 100.0, 104.0, 100.0, 104.0, 100.0]:
+        assert not d.observe(A, s)
+    n = len(d.gaps)
+    assert not d.observe(A, 80.0)  # suspected
+    assert not d.observe(A, 101.0) and d.suspect is None  # back: noise
+    assert len(d.gaps) == n + 2 and max(d.gaps) == pytest.approx(math.log(100.0 / 80.0))  # the suspicion's gap kept
+    # a suspicion of a rise followed by a fall beyond the threshold (the other side) is no change either
+    e = RegimeDetector(0.15)
+    e.observe(A, 100.0)
+    assert not e.observe(A, 120.0) and not e.observe(A, 84.0) and e.suspect is None
+
+
+def test_a_large_change_counts_at_once_and_another_configuration_drops_the_suspicion():
+    d = RegimeDetector(0.15)
+    d.observe(A, 100.0)
+    assert d.observe(A, 60.0)  # -40%: log 0.51 > 2 x log 1.15: at once
+    d.observe(B, 50.0)
+    assert not d.observe(A, 75.0) and d.suspect is not None  # +25% on A: suspected
+    assert not d.observe(B, 50.0) and d.suspect is None  # B measured: A's suspicion goes unjudged
+    assert d.last[A] == 60.0
+    off = RegimeDetector(0.15, confirm=None)
+    off.observe(A, 100.0)
+    assert off.observe(A, 80.0)  # without confirm: at once
+    # the suspicion lives in the state
+    d.observe(A, 48.0)
+    assert d.suspect is not None
+    e = RegimeDetector(0.15)
+    e.load_state_dict(json.loads(json.dumps(d.state_dict())))
+    assert e.suspect == d.suspect and e.observe(A, 47.0)
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, 100, float("nan"), True, "2"])
+def test_detector_rejects_a_bad_confirm(bad):
+    with pytest.raises(ValueError, match=r"confirm must be None or a number in \[1, 100\), but got confirm="):
+        RegimeDetector(0.15, confirm=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 100, float("nan"), True, "3"])
