@@ -154,8 +154,8 @@ class RegimeDetector:
     the new regime's first); otherwise both gaps were noise and join the
     pairs ``noise_z`` reads (a gap that stayed under the threshold alone
     would never raise it). A measurement of another configuration drops the
-    suspicion unjudged. Replayed on the 16 static runs of the
-    ``realistic-heldout`` suite (checks of 5 iterations, ``noise_z`` 3), the
+    suspicion unjudged. Replayed on the 16 static runs of the ``realistic``
+    suite's second four (checks of 5 iterations, ``noise_z`` 3), the
     speed rule read 59 false alarms in 2,456 pairs of checks in one
     condition and 36 of 36 changes; with ``confirm`` 2, 8 false alarms and 33
     of 36 changes, one check later (``benchmarks/speed_rule_calibration.py``).
