@@ -153,8 +153,16 @@ class RegimeDetector:
     suspicion (:meth:`observe` returns ``True`` there: that measurement is
     the new regime's first); otherwise both gaps were noise and join the
     pairs ``noise_z`` reads (a gap that stayed under the threshold alone
-    would never raise it). A measurement of another configuration drops the
-    suspicion unjudged. Replayed on the 16 static runs of the ``realistic``
+    would never raise it). A step inside a measurement of a configuration
+    measured before in the regime is a suspicion too, on the step's side,
+    unless the measurement's speed moved by more than ``confirm``
+    thresholds: on the `realistic-heldout` suite's runs 1.5% of the
+    5-iteration groups in one condition stepped by more than 50%, three for
+    every group across a change (``benchmarks/step_rule_calibration.py``),
+    and a job at 3000 Mbit/s with nothing changing read 5-6 steps as
+    changes per 800 iterations. A step in a configuration new to the regime
+    (a trial), with nothing to confirm it against, still counts at once. A
+    measurement of another configuration drops the suspicion unjudged. Replayed on the 16 static runs of the ``realistic``
     suite's second four (checks of 5 iterations, ``noise_z`` 3), the
     speed rule read 59 false alarms in 2,456 pairs of checks in one
     condition and 36 of 36 changes; with ``confirm`` 2, 8 false alarms and 33
@@ -192,9 +200,10 @@ class RegimeDetector:
                                     or not 1.0 <= confirm < 100.0):
             raise ValueError(f"confirm must be None or a number in [1, 100), but got confirm={confirm!r}.")
         self.confirm = None if confirm is None else float(confirm)
-        #: a speed change waiting for the next measurement of its configuration: ``(configuration, gap)``,
-        #: ``gap`` its ``log(speed / before)`` (with ``confirm``); ``None``: none
-        self.suspect: tuple[Config, float] | None = None
+        #: a change waiting for the next measurement of its configuration: ``(configuration, side, step)``, ``side``
+        #: the speed change's ``log(speed / before)`` or minus a step's (with ``confirm``), ``step`` whether the step
+        #: rule raised it; ``None``: none
+        self.suspect: tuple[Config, float, bool] | None = None
         #: the last :data:`PAIR_MEMORY` gaps between two measurements of one configuration (with ``noise_z``)
         self.gaps: deque[float] = deque(maxlen=PAIR_MEMORY)
         #: last measured speed of each configuration in the current regime
@@ -244,18 +253,21 @@ class RegimeDetector:
                 pass  # confirmed: the change counts here, this measurement is the new regime's first
             else:
                 by_speed = False
-                if self.noise_z is not None:
+                if self.noise_z is not None and not suspect[2]:
                     self.gaps.append(abs(suspect[1]))  # the suspicion was noise: its gap is the noise's
-        elif by_speed and not by_step and self.confirm is not None and signed is not None and gap is not None \
-                and gap <= self.confirm * thr and not self._rate_rose(config, rate):
-            self.suspect = (config, signed)  # the next measurement of this configuration decides
+        elif self.confirm is not None and gap is not None and signed is not None and suspect is None \
+                and (by_step or by_speed) and gap <= self.confirm * thr and not self._rate_rose(config, rate):
+            # the next measurement of this configuration decides; a step's side is the step's (this measurement's
+            # speed mixes both sides of it), a speed change's its own
+            self.suspect = (config, -step if by_step else signed, by_step)
             return False  # the reference stays the measurement before
         by_rate = not by_speed and self._rate_rose(config, rate)
         changed = by_speed or by_rate or by_step
         if gap is not None and not changed and self.noise_z is not None:
             self.gaps.append(gap)  # a pair that showed a change says nothing about the noise
         if changed:
-            self.rule = "step" if by_step else "speed" if by_speed else "rate"  # a step says the measurement is mixed
+            # a step says the measurement is mixed; a step confirmed by the measurement after it is the step's too
+            self.rule = "step" if by_step or (by_speed and suspect is not None and suspect[2]) else "speed" if by_speed else "rate"
             self.last = {}
             self.rates = {}
             if by_step:
@@ -277,7 +289,7 @@ class RegimeDetector:
     def state_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "step_change": self.step_change,
                 "noise_z": self.noise_z, "gaps": list(self.gaps), "settling": self.settling, "rule": self.rule,
-                "suspect": None if self.suspect is None else _cfg(self.suspect[0]) + [self.suspect[1]],
+                "suspect": None if self.suspect is None else _cfg(self.suspect[0]) + [self.suspect[1], float(self.suspect[2])],
                 "last": [_cfg(c) + [v] for c, v in self.last.items()],
                 "rates": [_cfg(c) + [v] for c, v in self.rates.items()]}
 
@@ -290,7 +302,11 @@ class RegimeDetector:
             self.gaps = deque((float(x) for x in state["gaps"]), maxlen=PAIR_MEMORY)
         self.settling = bool(state.get("settling", False))
         suspect = state.get("suspect")
-        self.suspect = None if suspect is None else _one(suspect)
+        if suspect is None:
+            self.suspect = None
+        else:
+            cfg, values = _row(suspect)
+            self.suspect = (cfg, values[0], bool(values[1]) if len(values) > 1 else False)
         rule = state.get("rule", self.rule)
         self.rule = None if rule is None else str(rule)
 

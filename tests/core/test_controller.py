@@ -284,16 +284,33 @@ def test_a_check_that_steps_inside_is_dropped_and_the_tuner_told_at_once():
     t = _Keeps()
     seen = t.seen
     c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
-    c.decide(9, [_w(100, 10)])
-    # 10% slower on average (below the speed rule's 15%), but its iterations stepped 2x inside it
-    c.decide(14, [_w(90, 5)], STEP_TIMES)
-    assert len(seen) == 2 and seen[1].regime_changed and seen[1].mixed and seen[1].speed == pytest.approx(90)
+    # a configuration new to the regime (a trial): no measurement to confirm a step against, so it counts at once
+    c.decide(4, [_w(90, 5)], STEP_TIMES)
+    assert len(seen) == 1 and seen[0].regime_changed and seen[0].mixed and seen[0].speed == pytest.approx(90)
     assert c.history[-1]["mixed"] is True and c.history[-1]["regime_rule"] == "step"
     assert c.detector.settling and c.detector.last == {}  # no reference from the mixed check
-    assert c.decide(19, [_w(50, 5)], (0.2,) * 5) is None and len(seen) == 2  # the new regime's reference, not told again
+    assert c.decide(9, [_w(50, 5)], (0.2,) * 5) is None and len(seen) == 1  # the new regime's reference, not told again
     assert c.detector.last == {SPACE[0]: 50}
-    c.decide(24, [_w(51, 5)], (0.2,) * 5)
-    assert len(seen) == 3 and not seen[2].regime_changed and not seen[2].mixed
+    c.decide(14, [_w(51, 5)], (0.2,) * 5)
+    assert len(seen) == 2 and not seen[1].regime_changed and not seen[1].mixed
+
+
+def test_a_step_in_a_configuration_measured_before_waits_for_the_next_check():
+    t = _Keeps()
+    seen = t.seen
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0)
+    c.decide(9, [_w(100, 10)])
+    # 10% slower on average (below the speed rule's 15%), its iterations stepping 2x inside it: a suspicion
+    assert c.decide(14, [_w(90, 5)], STEP_TIMES) is None and len(seen) == 1
+    assert c.detector.suspect is not None and c.detector.suspect[2] and not c.detector.settling
+    c.decide(19, [_w(50, 5)], (0.2,) * 5)  # the next check, half as fast: the change, told on that check alone
+    assert len(seen) == 2 and seen[1].regime_changed and not seen[1].mixed and seen[1].speed == pytest.approx(50)
+    assert c.history[-1]["regime_rule"] == "step" and c.detector.last == {SPACE[0]: 50}
+    # a step the next check does not confirm was noise: the window goes on with both checks
+    c.decide(24, [_w(50, 5)], (0.2,) * 5)
+    assert c.decide(29, [_w(48, 5)], STEP_TIMES) is None and c.detector.suspect is not None
+    c.decide(34, [_w(50, 5)], (0.2,) * 5)
+    assert len(seen) == 3 and not seen[2].regime_changed and c.history[-1]["iterations"] == 15
 
 
 def test_a_step_is_read_whatever_configuration_runs_and_not_without_times_or_below_the_threshold():
