@@ -30,7 +30,7 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
 * ``autobyte-fresh-races``: AutoByte that starts afresh in new conditions: what the last regime measured out is raced
   and tried again (the tuner's skip without :meth:`~autobyte.meta._search.Search.carried_out`).
 * ``autobyte-instant-changes``: the controller's detector without ``confirm``: a speed change within twice its
-  threshold counts at once, not after the next check confirms it.
+  threshold, or a step inside a check, counts at once, not after the next check confirms it.
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -90,7 +90,7 @@ register_tuner("autobyte-fresh-races", FreshRaces)
 
 
 class InstantChanges(AutoByteTuner):
-    """AutoByte whose controller's detector takes every speed change beyond its threshold at once (no ``confirm``)."""
+    """AutoByte whose controller's detector takes every change (speed or step) at once (no ``confirm``)."""
 
     confirm = None
 

@@ -162,11 +162,14 @@ class RegimeDetector:
     and a job at 3000 Mbit/s with nothing changing read 5-6 steps as
     changes per 800 iterations. A step in a configuration new to the regime
     (a trial), with nothing to confirm it against, still counts at once. A
-    measurement of another configuration drops the suspicion unjudged. Replayed on the 16 static runs of the ``realistic``
-    suite's second four (checks of 5 iterations, ``noise_z`` 3), the
-    speed rule read 59 false alarms in 2,456 pairs of checks in one
-    condition and 36 of 36 changes; with ``confirm`` 2, 8 false alarms and 33
-    of 36 changes, one check later (``benchmarks/speed_rule_calibration.py``).
+    measurement of another configuration drops the suspicion unjudged.
+    Replayed on the 16 static runs of the ``realistic`` suite's second four
+    (checks of 5 iterations, ``noise_z`` 3), the speed rule alone read 59
+    false alarms in 2,456 pairs of checks in one condition and 36 of 36
+    changes; with ``confirm`` 2, 8 false alarms and 33 of 36 changes, one
+    check later (``benchmarks/speed_rule_calibration.py``); both rules, 71
+    false changes and 21 of 36 without, 14 and 21 of 36 with
+    (``benchmarks/detector_replay.py``).
 
     Args:
         threshold: relative speed change of one configuration that counts as a
@@ -178,9 +181,10 @@ class RegimeDetector:
             that shows a change inside it (see above; 0.5); ``None``: not read.
         noise_z: the speed rule's threshold at least this many scatters of
             the job's pairs (see above); ``None`` (default): ``threshold`` only.
-        confirm: a speed change within this many thresholds (log units) waits
-            for the next measurement to confirm it (see above; 2.0); ``None``:
-            every change beyond the threshold counts at once.
+        confirm: a speed change within this many thresholds (log units), or a
+            step in a configuration measured before, waits for the next
+            measurement to confirm it (see above; 2.0); ``None``: every change
+            counts at once.
 
     Raises:
         ValueError: ``threshold`` not in (0, 10),

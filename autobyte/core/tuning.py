@@ -103,9 +103,10 @@ class Tuner(abc.ABC):
     #: configuration (:class:`~autobyte.core.regime.RegimeDetector` ``noise_z``): a host whose checks scatter
     #: widely does not read its noise as changes of conditions; ``None`` (default): the fixed threshold only
     noise_z: float | None = None
-    #: a speed change of one configuration within this many of the detector's thresholds (log units) counts only
-    #: once the next check of that configuration confirms it (:class:`~autobyte.core.regime.RegimeDetector`
-    #: ``confirm``): one odd check is not taken for new conditions; 2.0 (default); ``None``: every change at once
+    #: a speed change of one configuration within this many of the detector's thresholds (log units), or a step
+    #: inside a check of a configuration measured before, counts only once the next check of that configuration
+    #: confirms it (:class:`~autobyte.core.regime.RegimeDetector` ``confirm``): one odd check is not taken for new
+    #: conditions; 2.0 (default); ``None``: every change at once
     confirm: float | None = 2.0
     #: whether the tuner chooses the wire's precision (:class:`~autobyte.core.wire.WireTuner`); ``False``
     #: (default): the job holds it and the tuner sees every configuration at ``"fp32"``
@@ -176,7 +177,8 @@ class Controller:
     are dropped and the tuner is asked at once, on the check alone, with
     ``Observation.regime_changed`` set. A change is thus acted on within about
     ``check_iters`` iterations, or two checks where the speed moved by less
-    than twice the threshold: the detector then waits for the next check
+    than twice the threshold or a configuration measured before stepped
+    inside the check: the detector then waits for the next check
     of the configuration to confirm it (``RegimeDetector.suspect``), and the
     window goes on for that check (it is neither completed nor offered to
     :meth:`Tuner.check` on the suspect check).
@@ -340,7 +342,7 @@ class Controller:
             guard.record(iteration, self.current, speed, windows[0].n_iters, changed)
             why = guard.trip(iteration, self.current)
         self._pending.append(list(windows))
-        # a speed change the detector waits to see confirmed: the window goes on for one more check, which decides
+        # a change (of speed, or a step) the detector waits to see confirmed: the window goes on for one more check
         suspect = self.detector is not None and self.detector.suspect is not None
         if why is None and not new_regime and (suspect or sum(p[0].n_iters for p in self._pending) < self.window_iters):
             if not self.tuning or suspect:
