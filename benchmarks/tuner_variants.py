@@ -31,6 +31,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   and tried again (the tuner's skip without :meth:`~autobyte.meta._search.Search.carried_out`).
 * ``autobyte-instant-changes``: the controller's detector without ``confirm``: a speed change within twice its
   threshold, or a step inside a check, counts at once, not after the next check confirms it.
+* ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
+  conditions seen at another configuration and never runs the start to measure it (``guard_measure_after=None``).
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -96,6 +98,15 @@ class InstantChanges(AutoByteTuner):
 
 
 register_tuner("autobyte-instant-changes", InstantChanges)
+
+
+class CarriedReference(AutoByteTuner):
+    """AutoByte whose controller's guard carries the start's speed across changes without measuring it again."""
+
+    guard_measure_after = None
+
+
+register_tuner("autobyte-carried-reference", CarriedReference)
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))

@@ -336,19 +336,38 @@ class HarmGuard:
     left (the loss was the conditions', measured against a reference from
     before they changed).
 
+    A carried reference is an assumption, and configurations do not change
+    alike: from 2000 to 5000 Mbit/s an emulated DenseNet-169 ran 1.68x faster
+    at <2 MiB, 12X> and 1.81x at the start, so a reference carried twice put
+    the start 7-9% slower than it was and the guard let a run 6-11% slower than
+    the start go on for 200 iterations. So once ``measure_after`` iterations
+    have passed since a change with the reference still carried, the guard
+    sends the run to the starting configuration for one window (:meth:`measure`;
+    no hold): the reference is measured again in each set of conditions, at
+    the cost of one window of the start there.
+
     Args:
         initial: the starting configuration.
         budget: allowed slowdown over a span (0.03).
         span: iterations of the sliding span (50).
+        measure_after: iterations after a change seen at another configuration
+            before the start runs a window to measure the reference (50: a
+            regime shorter than the guard's span ends before the span does);
+            ``None``: carried until the run comes back to the start.
 
     Raises:
-        ValueError: ``budget`` not in (0, 1), or ``span`` not a positive integer.
+        ValueError: ``budget`` not in (0, 1), ``span`` not a positive integer,
+            or ``measure_after`` not a non-negative integer or ``None``.
     """
 
-    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50) -> None:
+    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, measure_after: int | None = 50) -> None:
         self.initial = initial
         self.budget = check_fraction("budget", budget, 1.0)
         self.span = check_int("span", span)
+        self.measure_after = None if measure_after is None else check_int("measure_after", measure_after, minimum=0)
+        #: the iteration of the change across which the reference was carried (``None``: measured in these conditions)
+        self.carried_since: int | None = None
+        self.measures = 0
         #: the starting configuration's speed in the current conditions (measured, or carried across a change)
         self.reference: float | None = None
         self._windows: deque[tuple[int, int, float]] = deque()  # (last iteration, iterations, cost)
@@ -366,11 +385,14 @@ class HarmGuard:
             self._windows.clear()
             self._hold_until = -1
             before = self._speeds.get(config)
-            if config != self.initial and self.reference is not None and before is not None:
-                self.reference *= speed / before
+            if config != self.initial and self.reference is not None:
+                if before is not None:
+                    self.reference *= speed / before
+                self.carried_since = iteration  # from before the change, as carried or as it was
             self._speeds = {}
         if config == self.initial:
             self.reference = speed
+            self.carried_since = None
         if config == self.initial:
             if self._tripped is not None and self._tripped[1] >= speed * (1 - self.budget):
                 # measured again, the configuration gone back to is no faster than what was left:
@@ -409,8 +431,19 @@ class HarmGuard:
         return (f"guard: {current} cost {lost:.1f} iterations' time over the last {self.span} against {self.initial} "
                 f"(allowed {100 * self.budget:.0f}%): back to the starting configuration for {self.span} iterations")
 
+    def measure(self, iteration: int, current: Config) -> str | None:
+        """The reason to run the starting configuration for one window now to measure the reference, or ``None``."""
+        since = self.carried_since
+        if since is None or self.measure_after is None or current == self.initial or iteration - since < self.measure_after:
+            return None
+        self.measures += 1
+        self.carried_since = None  # asked once per change: a window cut short, or a change inside it, does not ask again
+        return (f"guard: {self.initial}'s speed in these conditions was carried across the change at iteration {since} "
+                f"in proportion to {current}'s own; one window of {self.initial} measures it")
+
     def state_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "windows": [list(w) for w in self._windows], "hold_until": self._hold_until,
+                "carried_since": self.carried_since, "measures": self.measures,
                 "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips,
                 "speeds": [_cfg(c) + [v] for c, v in self._speeds.items()],
                 "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]]}
@@ -425,6 +458,9 @@ class HarmGuard:
             last = state["last"]
             self._last = None if last is None else _one(last)
         self.trips = int(state.get("trips", self.trips))
+        self.measures = int(state.get("measures", self.measures))
+        if "carried_since" in state:
+            self.carried_since = None if state["carried_since"] is None else int(state["carried_since"])
         if "speeds" in state:
             self._speeds = dict(map(_one, state["speeds"]))
         if "tripped" in state:

@@ -108,6 +108,11 @@ class Tuner(abc.ABC):
     #: confirms it (:class:`~autobyte.core.regime.RegimeDetector` ``confirm``): one odd check is not taken for new
     #: conditions; 2.0 (default); ``None``: every change at once
     confirm: float | None = 2.0
+    #: iterations after a change of conditions seen at another configuration before the controller's do-no-harm
+    #: guard runs the starting configuration for one window to measure its speed there, instead of carrying it
+    #: across the change (:class:`~autobyte.core.regime.HarmGuard` ``measure_after``); 50 (default); ``None``:
+    #: carried until the run comes back to the start
+    guard_measure_after: int | None = 50
     #: whether the tuner chooses the wire's precision (:class:`~autobyte.core.wire.WireTuner`); ``False``
     #: (default): the job holds it and the tuner sees every configuration at ``"fp32"``
     #: (:class:`~autobyte.core.window.WindowCoordinator` ``wire``)
@@ -202,7 +207,11 @@ class Controller:
     ``window_share`` below 1 for a window cut short, and ``regime_changed``
     when that check also shows a change of conditions), so a trial's
     measurement is not lost and a change is filed under the new conditions;
-    its decision there is not applied (history ``"held"``).
+    its decision there is not applied (history ``"held"``). Where the
+    guard's estimate of ``initial``'s speed was carried across a change of
+    conditions seen at another configuration, the first full window
+    ``guard_measure_after`` iterations (the tuner's, 50) after that change
+    runs ``initial`` to measure it (reason ``guard: ...``, no hold).
 
     Args:
         tuner: the policy (rank 0 only calls :meth:`decide`).
@@ -275,7 +284,8 @@ class Controller:
                                        noise_z=getattr(self.tuner, "noise_z", None),
                                        confirm=getattr(self.tuner, "confirm", 2.0)) if rc is not None else None
         check_int("harm_span", self.harm_span)
-        self.guard = None if self.harm_budget is None else HarmGuard(self.current, self.harm_budget, self.harm_span)
+        self.guard = None if self.harm_budget is None else HarmGuard(
+            self.current, self.harm_budget, self.harm_span, getattr(self.tuner, "guard_measure_after", 50))
         if not getattr(self.tuner, "guarded", True):
             self.guard = None
 
@@ -357,6 +367,8 @@ class Controller:
             self._pending = []
             self.n_windows += 1
             return self._record(iteration, speed, decision, windows[0].n_iters, {"check": True})
+        if why is None and guard is not None:
+            why = guard.measure(iteration, self.current)  # a window of the start, where its speed was carried
         checks, self._pending = self._pending, []
         # which rule of the detector saw the change (the speed of a configuration measured again, or the link rate)
         extra: dict[str, Any] = {"regime_changed": True, "regime_rule": self.detector.rule} if new_regime and self.detector is not None else {}

@@ -137,7 +137,9 @@ def test_guard_state_round_trips():
 
 
 @pytest.mark.parametrize("kw,match", [({"budget": 0}, "budget must be"), ({"budget": 1.5}, "budget must be"),
-                                      ({"span": 0}, "span must be")])
+                                      ({"span": 0}, "span must be"),
+                                      ({"measure_after": -1}, "measure_after must be a non-negative integer"),
+                                      ({"measure_after": 2.5}, "measure_after must be a non-negative integer")])
 def test_guard_rejects_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         HarmGuard(A, **kw)
@@ -239,6 +241,39 @@ def test_guard_carries_its_reference_across_a_change_seen_after_a_trial():
     g.record(15, c, 90.0, 5, False)  # the trial, ended at its first check
     g.record(20, B, 55.0, 5, True)  # back at B: half its speed, conditions changed
     assert g.reference == pytest.approx(50.0) and g.trip(20, B) is None
+
+
+def test_guard_measures_a_carried_reference_once_after_a_change():
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(10, A, 100.0, 10, False)
+    assert g.carried_since is None and g.measure(40, B) is None  # measured in these conditions
+    g.record(20, B, 100.0, 10, False)
+    g.record(30, B, 170.0, 10, True)  # B 1.7x faster: so is the start, by assumption
+    assert g.reference == pytest.approx(170.0) and g.carried_since == 30
+    assert g.measure(75, B) is None  # not yet: 50 iterations after the change
+    why = g.measure(80, B)
+    assert why is not None and why.startswith(f"guard: {A}'s speed in these conditions was carried across the change at "
+                                              f"iteration 30") and g.measures == 1 and not g.holding(56)
+    assert g.measure(90, B) is None  # asked once
+    g.record(90, A, 181.0, 10, False)  # the start measured: 1.81x, not 1.7x
+    assert g.reference == 181.0 and g.carried_since is None
+    g.record(100, B, 170.0, 10, False)
+    assert g.cost() == pytest.approx(10 * (181 / 170 - 1))  # what the carried reference hid
+
+
+def test_guard_measures_after_a_change_seen_in_a_configuration_new_to_it_and_not_at_the_start():
+    c = Config(16 * MiB, 16 * MiB)
+    g = HarmGuard(A, budget=0.03, span=50, measure_after=0)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, c, 50.0, 10, True)  # a change seen at c, never measured before it: the reference is from before
+    assert g.reference == 100.0 and g.measure(20, c) is not None
+    g.record(30, A, 60.0, 10, True)  # a change seen at the start measures it there
+    assert g.carried_since is None and g.measure(30, c) is None
+    h = HarmGuard(A, budget=0.03, span=50, measure_after=None)  # carried until the run comes back to the start
+    h.record(10, A, 100.0, 10, False)
+    h.record(20, B, 100.0, 10, False)
+    h.record(30, B, 50.0, 10, True)
+    assert h.carried_since == 30 and h.measure(1000, B) is None
 
 
 class _Scripted(Tuner):
@@ -486,3 +521,34 @@ def test_the_controller_reads_noise_z_from_its_tuner():
     _Still.noise_z = -1.0
     with pytest.raises(ValueError, match=r"noise_z must be None or a number in \(0, 100\), but got noise_z=-1.0"):
         ctl(_Still())
+
+
+def test_the_controller_runs_one_window_of_the_start_where_its_speed_was_carried():
+    tuner = _Scripted([B] + [None] * 8 + [B])
+    ctl = Controller(tuner, SearchSpace([A, B]), A, "allreduce", [1000, 1000], window_iters=10, check_iters=5,
+                     warmup_iters=0)
+    moves = []
+    speeds = {A: [100.0] * 2 + [181.0] * 2, B: [100.0] * 4 + [170.0] * 20}
+    it = 0
+    while it < 110:
+        it += 5
+        d = ctl.decide(it, _check_at(speeds[ctl.current].pop(0)))
+        if d is not None:
+            moves.append((it, d.config, d.reason))
+            ctl.applied(it, d.config)
+    # the tuner moved to B at 10; the link changed at 35 (seen at B: 100 -> 170); at the first window boundary 50
+    # iterations later the guard runs the start for one window; the tuner's next decision (back to B) is applied at once
+    assert [(i, c) for i, c, _ in moves] == [(10, B), (85, A), (95, B)]
+    assert moves[1][2].startswith(f"guard: {A}'s speed in these conditions was carried across the change at iteration 35")
+    assert ctl.guard is not None and ctl.guard.reference == 181.0 and ctl.guard.measures == 1 and ctl.guard.trips == 0
+    assert [(o.iteration, o.config, o.speed) for o in tuner.seen if o.config == A][-1] == (95, A, 181.0)  # the tuner too
+
+
+class _CarriesTheReference(_Scripted):
+    guard_measure_after = None
+
+
+def test_a_tuner_can_leave_the_reference_carried():
+    ctl = Controller(_CarriesTheReference([]), SearchSpace([A, B]), A, "allreduce", [1000, 1000])
+    assert ctl.guard is not None and ctl.guard.measure_after is None
+    assert Controller(_Scripted([]), SearchSpace([A, B]), A, "allreduce", [1000, 1000]).guard.measure_after == 50
