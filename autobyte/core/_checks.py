@@ -30,20 +30,26 @@ def check_in_range(name: str, value: Any, low: float, high: float) -> float:
 
 
 @overload
-def check_fraction(name: str, value: Any, upper: float, *, optional: Literal[False] = False) -> float: ...
+def check_fraction(name: str, value: Any, upper: float, *, optional: Literal[False] = False,
+                   lowest: float | None = None) -> float: ...
 
 
 @overload
-def check_fraction(name: str, value: Any, upper: float, *, optional: Literal[True]) -> float | None: ...
+def check_fraction(name: str, value: Any, upper: float, *, optional: Literal[True],
+                   lowest: float | None = None) -> float | None: ...
 
 
-def check_fraction(name: str, value: Any, upper: float, *, optional: bool = False) -> float | None:
-    """``value`` as float if it is a finite number in ``(0, upper)`` (bools refused); ``None`` passes with ``optional``."""
+def check_fraction(name: str, value: Any, upper: float, *, optional: bool = False,
+                   lowest: float | None = None) -> float | None:
+    """``value`` as float if it is a finite number in ``(0, upper)``, or ``[lowest, upper)`` when ``lowest`` is given
+    (bools refused); ``None`` passes with ``optional``."""
     if optional and value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value < upper:
-        rule = f"{'None or ' if optional else ''}a number in (0, {upper:g})"
-        raise ValueError(f"{name} must be {rule}, but got {name}={value!r}.")
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value < upper \
+        and (0 < value if lowest is None else lowest <= value)
+    if not ok:
+        span = f"(0, {upper:g})" if lowest is None else f"[{lowest:g}, {upper:g})"
+        raise ValueError(f"{name} must be {'None or ' if optional else ''}a number in {span}, but got {name}={value!r}.")
     return float(value)
 
 

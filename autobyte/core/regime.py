@@ -200,10 +200,7 @@ class RegimeDetector:
         self.rate_rise = check_fraction("rate_rise", rate_rise, 100.0, optional=True)
         self.step_change = check_fraction("step_change", step_change, 100.0, optional=True)
         self.noise_z = check_fraction("noise_z", noise_z, 100.0, optional=True)
-        if confirm is not None and (isinstance(confirm, bool) or not isinstance(confirm, (int, float))
-                                    or not 1.0 <= confirm < 100.0):
-            raise ValueError(f"confirm must be None or a number in [1, 100), but got confirm={confirm!r}.")
-        self.confirm = None if confirm is None else float(confirm)
+        self.confirm = check_fraction("confirm", confirm, 100.0, optional=True, lowest=1.0)
         #: a change waiting for the next measurement of its configuration: ``(configuration, side, step)``, ``side``
         #: the speed change's ``log(speed / before)`` or minus a step's (with ``confirm``), ``step`` whether the step
         #: rule raised it; ``None``: none
