@@ -552,3 +552,13 @@ def test_a_tuner_can_leave_the_reference_carried():
     ctl = Controller(_CarriesTheReference([]), SearchSpace([A, B]), A, "allreduce", [1000, 1000])
     assert ctl.guard is not None and ctl.guard.measure_after is None
     assert Controller(_Scripted([]), SearchSpace([A, B]), A, "allreduce", [1000, 1000]).guard.measure_after == 50
+
+
+def test_confirm_takes_its_lower_bound_inclusive():
+    assert RegimeDetector(0.15, confirm=1).confirm == 1.0 and RegimeDetector(0.15, confirm=None).confirm is None
+    from autobyte.core._checks import check_fraction
+    assert check_fraction("x", 0.5, 1.0) == 0.5
+    with pytest.raises(ValueError, match=r"x must be a number in \(0, 1\), but got x=0."):
+        check_fraction("x", 0, 1.0)
+    with pytest.raises(ValueError, match=r"x must be a number in \[2, 5\), but got x=1.5."):
+        check_fraction("x", 1.5, 5.0, lowest=2.0)
