@@ -21,17 +21,18 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autobyte.bench._suite import read_iterations  # noqa: E402
 from autobyte.core.regime import RegimeDetector, within_step  # noqa: E402
+from speed_rule_calibration import Tally  # noqa: E402
 
 
 def replay(rows: list, confirm: float | None, check: int = 5) -> dict[str, int]:
     """Counts over one run's iteration rows (``read_iterations``): false changes, clean checks, seen, across."""
     det = RegimeDetector(0.15, noise_z=3.0, step_change=0.5, confirm=confirm)
-    out = dict(false=0, clean=0, seen=0, across=0)
+    tally = Tally()
     cond = None  # the condition the last check used ended in
-    pending = False  # the last check was across a change and left a suspicion
     for s in range(2, len(rows) - check + 1, check):
         g = rows[s:s + check]
         if len({r.config for r in g}) > 1:
@@ -41,19 +42,9 @@ def replay(rows: list, confirm: float | None, check: int = 5) -> dict[str, int]:
         settling = det.settling
         read = det.observe(g[0].config, check / sum(times), None, within_step(times))
         read = (read and not settling) or det.settling  # a step's change counts at its check, not again at the next
-        late, pending = pending, False
-        if across:
-            out["across"] += 1
-            out["seen"] += read
-            pending = not read and det.suspect is not None
-        else:
-            out["clean"] += 1
-            if read and late:
-                out["seen"] += 1
-            else:
-                out["false"] += read
+        tally.add(read, across, det)
         cond = g[-1].condition
-    return out
+    return dict(false=tally.false, clean=tally.clean, seen=tally.seen, across=tally.across)
 
 
 def main(argv: list[str] | None = None) -> int:

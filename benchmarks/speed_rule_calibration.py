@@ -81,6 +81,37 @@ def runs_of(path: Path, check: int) -> dict[str, list[Check]]:
     return runs
 
 
+class Tally:
+    """False changes, clean checks, changes seen and checks across a change, counted one measurement after another.
+
+    A change the detector reads at a clean check is a false change, unless it confirms the suspicion (``confirm``)
+    raised at the check across a change just before: then it is that change, seen one check late. Shared with
+    ``detector_replay.py``.
+    """
+
+    def __init__(self) -> None:
+        self.false = self.clean = self.seen = self.across = 0
+        self._pending = False  # the last measurement was across a change and left a suspicion
+
+    def add(self, read: bool, across: bool, det: RegimeDetector) -> None:
+        """A measurement the detector has just observed: ``read`` whether it read a change there."""
+        late, self._pending = self._pending, False
+        if across:
+            self.across += 1
+            self.seen += read
+            self._pending = not read and det.suspect is not None
+        elif read and late:
+            self.clean += 1
+            self.seen += 1  # the change across the measurement before, confirmed here
+        else:
+            self.clean += 1
+            self.false += read
+
+    def skip(self) -> None:
+        """A measurement the detector observed that is not counted (nothing to compare it with)."""
+        self._pending = False
+
+
 def replay(checks: Sequence[Check], threshold: float, z: float | None,
            confirm: float | None = None) -> tuple[int, int, int, int, list[float]]:
     """(false alarms, clean pairs, changes seen, pairs across a change, thresholds used) over one run.
@@ -90,29 +121,20 @@ def replay(checks: Sequence[Check], threshold: float, z: float | None,
     """
     det = RegimeDetector(threshold, step_change=None, noise_z=z, confirm=confirm)
     last: dict[tuple[int, int], str] = {}
-    fa = clean = caught = across = 0
+    tally = Tally()
     used: list[float] = []
-    pending = False  # the last check was a pair across a change that the detector holds as a suspicion
     for cfg, cond, speed in checks:
         c = Config(*cfg)
         measured = c in det.last
         thr = det.speed_threshold()
         big = det.observe(c, speed)
-        late, pending = pending, False
         if measured:
             used.append(math.expm1(thr))
-            if last[cfg] == cond:
-                clean += 1
-                if late and big:
-                    caught += 1  # the change across the pair before, confirmed here
-                else:
-                    fa += big
-            else:
-                across += 1
-                caught += big
-                pending = not big and det.suspect is not None
+            tally.add(big, last[cfg] != cond, det)
+        else:
+            tally.skip()
         last[cfg] = cond
-    return fa, clean, caught, across, used
+    return tally.false, tally.clean, tally.seen, tally.across, used
 
 
 def below_running_mean(checks: Sequence[Check], gains: Sequence[float], memory: int = 3) -> tuple[list[int], int]:
