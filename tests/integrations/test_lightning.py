@@ -272,7 +272,9 @@ def test_tensorboard_gets_window_metrics_and_reasons(tmp_path, monkeypatch):
     assert "autobyte/reconfiguration/text_summary" in ea.Tags()["tensors"]
     assert [e.value for e in ea.Scalars("autobyte/reconfigured")].count(1.0) == sum(d["reconfigured"] for d in cb.decisions) >= 1
     lines = (tmp_path / "tb" / "version_0" / "autobyte_decisions.jsonl").read_text().splitlines()
-    assert all("grid search" in json.loads(x)["reason"] for x in lines) and lines
+    reasons = [json.loads(x)["reason"] for x in lines]
+    # the grid's moves; on a loaded host the do-no-harm guard may also send a slow 2-iteration window back to the start
+    assert any("grid search" in r for r in reasons) and all("grid search" in r or r.startswith("guard:") for r in reasons)
 
 
 def test_no_logger_writes_no_file_into_the_working_directory(tmp_path, monkeypatch, caplog):
