@@ -390,7 +390,6 @@ class HarmGuard:
         if config == self.initial:
             self.reference = speed
             self.carried_since = None
-        if config == self.initial:
             if self._tripped is not None and self._tripped[1] >= speed * (1 - self.budget):
                 # measured again, the configuration gone back to is no faster than what was left:
                 # the loss was the conditions', not the tuner's (a change the detector could not
