@@ -336,17 +336,6 @@ class AutoByteTuner(Tuner):
             return leap
         cfg, reason = step
         predicted = float(sc.predicted[self.space.index(cfg)]) if cfg in self.space else None
-        lead = self.search.leader(regime.shortlist or [], regime.measured)
-        if cfg != obs.config and cfg != lead and obs.harm_allowance is not None:
-            # a window of another candidate must fit the do-no-harm allowance even one error below its estimate, as a
-            # trial of the explorer must; else the leader runs (banking its gain) until the allowance has room again
-            worst = self.search.window_cost(cfg, obs.speed, measured, predicted or obs.speed, self.scorer.sigma(),
-                                            self.scorer.downside(), self.explorer.widen, self.explorer.trial_iters)
-            if worst > obs.harm_allowance:
-                why = f"a window of {cfg} could cost {worst:.1f} iterations, the do-no-harm allowance is {obs.harm_allowance:.1f}"
-                if lead is None or lead == obs.config:
-                    return None
-                return self._decide(obs, lead, f"search: back to the leader {lead}: {why}", measured.get(lead))
         if cfg == obs.config:
             _log.debug("autobyte: window %d keeps %s at %.1f samples/s: %s", self._window, obs.config, obs.speed, reason)
             return None
@@ -397,7 +386,14 @@ class AutoByteTuner(Tuner):
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, "
                       "%d windows each unless measured out", regime.ident, horizon,
                       ", ".join(map(str, regime.shortlist)), self.search.windows)
-        return self.search.propose(regime.shortlist, regime.measured, obs.config, horizon)
+        measured = regime.speeds(self.ledger.stale_windows)
+
+        def worst(c: Config) -> float:  # a window of c one error below its estimate, as a trial of the explorer
+            assert self.search is not None
+            guess = float(sc.predicted[self.space.index(c)]) if c in self.space else obs.speed
+            return self.search.window_cost(c, obs.speed, measured, guess, self.scorer.sigma(), self.scorer.downside(),
+                                           self.explorer.widen, self.explorer.trial_iters)
+        return self.search.propose(regime.shortlist, regime.measured, obs.config, horizon, obs.harm_allowance, worst)
 
     def _probe(self, obs: Observation, sc: Scores | None) -> Decision | None:
         """Right after a change of conditions: run the configuration that tells whether past conditions are back.

@@ -84,6 +84,22 @@ def test_the_race_goes_round_by_round_and_ends_at_the_fastest():
     assert s.propose(sl, {a: [100.0, 1.0, 1.0, 100.0]}, a, 100) is None  # conditions not expected to last: no search
 
 
+def test_a_candidate_whose_window_does_not_fit_the_allowance_waits_and_the_next_that_fits_is_measured():
+    s = Search(windows=2, noise=0.03)
+    a, b, c = cfg(4 * MiB, 4), cfg(MiB, 4), cfg(16 * MiB, 4)
+    sl = [a, b, c]
+    measured = {a: [100.0, 2.0, 2.0, 100.0]}
+    worst = {b: 5.6, c: 0.4}.__getitem__
+    assert s.propose(sl, measured, a, 500)[0] == b  # not guarded: the shortlist's order
+    assert s.propose(sl, measured, a, 500, allowance=1.2, worst=worst)[0] == c  # b could cost more than is allowed
+    measured[c] = [99.0, 2.0, 4.0, 99.0]
+    step = s.propose(sl, measured, a, 500, allowance=1.2, worst=worst)  # only b is left to measure, and it does not fit
+    assert step is not None and step[0] == a and "could cost 5.6 iterations, the do-no-harm allowance is 1.2" in step[1]
+    step = s.propose(sl, measured, c, 500, allowance=1.2, worst=worst)
+    assert step is not None and step[0] == a and step[1].startswith(f"search: back to the leader {a}")
+    assert s.propose(sl, measured, a, 500, allowance=6.0, worst=worst)[0] == b  # room again: b is measured
+
+
 def test_the_noise_is_the_jobs_own_once_enough_windows_were_repeated():
     s = Search(noise=0.03)
     for _ in range(GAPS_MIN - 1):
