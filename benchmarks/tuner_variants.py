@@ -33,8 +33,6 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   threshold, or a step inside a check, counts at once, not after the next check confirms it.
 * ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
   conditions seen at another configuration and never runs the start to measure it (``guard_measure_after=None``).
-* ``autobyte-recent-race``: the search ranks its candidates by the ledger's running average of their last 3
-  windows, as many windows counted at most, instead of their mean over every window in these conditions.
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -51,7 +49,6 @@ from autobyte.core.tuners import register_tuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
 from autobyte.meta import AutoByteTuner, JobHistory
 from autobyte.meta._scorer import Scorer
-from autobyte.meta._search import Search
 
 
 # ------------------------------------------------------------------ AutoByte without one of its policies
@@ -110,23 +107,6 @@ class CarriedReference(AutoByteTuner):
 
 
 register_tuner("autobyte-carried-reference", CarriedReference)
-
-class RecentSearch(Search):
-    """A search that ranks candidates by their running average of the last 3 windows, counting 3 windows at most."""
-
-    def standing(self, shortlist: Any, measured: dict[Config, list[float]]) -> Any:
-        recent = {c: [m[0], min(3.0, m[1]), m[2], m[0]] for c, m in measured.items()}
-        return super().standing(shortlist, recent)
-
-
-class RecentRace(AutoByteTuner):
-    """AutoByte whose search ranks by the running average of the last windows (:class:`RecentSearch`)."""
-
-    def _new_search(self) -> Search | None:
-        return RecentSearch(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
-
-
-register_tuner("autobyte-recent-race", RecentRace)
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))

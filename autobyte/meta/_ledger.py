@@ -25,11 +25,8 @@ class Regime:
 
     ``measured`` maps a configuration to ``[speed, windows averaged (a
     trial ended at a check counts its share of a window), window index of the
-    last measurement, mean speed]``: ``speed`` averages the last windows (the
-    ledger's ``memory``, so slow drift is followed), ``mean speed`` every
-    window filed since the measurement was last forgotten (what the search
-    ranks candidates by: the more windows, the surer). ``durations`` the
-    length in iterations of each past occurrence of this regime.
+    last measurement]``; ``durations`` the length in iterations
+    of each past occurrence of this regime.
     """
 
     ident: int
@@ -56,9 +53,7 @@ class Regime:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Regime":
-        # a state saved before the mean was kept (3 values): the mean starts from the running average
-        return cls(int(d["ident"]), {Config(int(m[0]), int(m[1])): [float(m[2]), float(m[3]), float(m[4]), float(m[5] if len(m) > 5 else m[2])]
-                                     for m in d["measured"]},
+        return cls(int(d["ident"]), {Config(int(m[0]), int(m[1])): [float(m[2]), float(m[3]), float(m[4])] for m in d["measured"]},
                    int(d["windows"]), int(d["started"]), [int(x) for x in d["durations"]], int(d.get("misses", 0)),
                    None if d.get("shortlist") is None else [Config(int(c[0]), int(c[1])) for c in d["shortlist"]])
 
@@ -134,9 +129,9 @@ class Ledger:
         r.windows += 1
         m = r.measured.get(config)
         if m is None or r.windows - m[2] > self.stale_windows:
-            r.measured[config] = [speed, float(weight), float(r.windows), speed]
+            r.measured[config] = [speed, float(weight), float(r.windows)]
         else:
-            r.measured[config] = self._join(m, speed, weight, float(r.windows))
+            r.measured[config] = [self._join(m, speed, weight), m[1] + weight, float(r.windows)]
         return r
 
     def change(self, iteration: int, config: Config | None = None, speed: float | None = None,
@@ -168,13 +163,11 @@ class Ledger:
         self.current.started = iteration
         return self.current
 
-    def _join(self, m: list[float], speed: float, weight: float, last: float) -> list[float]:
-        """Measurement ``m`` (:class:`Regime`'s ``[speed, windows, last, mean]``) with ``speed`` over ``weight``
-        windows more, the last at window ``last``: in the running average the last ``memory`` windows count,
-        so slow drift is followed; in the mean every one."""
+    def _join(self, m: list[float], speed: float, weight: float) -> float:
+        """The average of measurement ``m`` (``[speed, windows, ...]``) with ``speed`` over ``weight`` windows
+        more: the last ``memory`` windows count, so slow drift is followed."""
         n = min(m[1], self.memory - 1)
-        return [(m[0] * n + speed * weight) / (n + weight), m[1] + weight, last,
-                (m[3] * m[1] + speed * weight) / (m[1] + weight)]
+        return (m[0] * n + speed * weight) / (n + weight)
 
     def refile(self, config: Config, speed: float, weight: float, src: Regime, dst: Regime | None) -> None:
         """Take one measurement (``config`` at ``speed``, ``weight`` windows) out of ``src``; file it in ``dst``.
@@ -188,10 +181,9 @@ class Ledger:
             rest = m[1] - weight
             if rest <= 1e-9:
                 del src.measured[config]
-            else:  # _join's averages, solved for the speeds before it
+            else:  # _join's average, solved for the speed before it
                 n = min(rest, self.memory - 1)
                 m[0] = max(1e-12, (m[0] * (n + weight) - speed * weight) / n)
-                m[3] = max(1e-12, (m[3] * m[1] - speed * weight) / rest)
                 m[1] = rest
         if dst is not None:
             self.file(config, speed, weight, dst)
@@ -200,9 +192,9 @@ class Ledger:
         """File one measurement (``config`` at ``speed``, ``weight`` windows) in ``dst``, joining any average there."""
         d = dst.measured.get(config)
         if d is None:
-            dst.measured[config] = [speed, float(weight), float(dst.windows), speed]
+            dst.measured[config] = [speed, float(weight), float(dst.windows)]
         else:
-            dst.measured[config] = self._join(d, speed, weight, d[2])
+            dst.measured[config] = [self._join(d, speed, weight), d[1] + weight, d[2]]
 
     def _recall(self, config: Config, speed: float) -> None:
         young = self.current
@@ -220,7 +212,7 @@ class Ledger:
         self.regimes.remove(best)
         self.regimes.append(best)  # most recently seen last
         for c, v in young.measured.items():
-            best.measured[c] = [v[0], v[1], float(best.windows + v[2]), v[3]]
+            best.measured[c] = [v[0], v[1], float(best.windows + v[2])]
         best.windows += young.windows
         if best is self._prev and best.durations:
             best.durations.pop()  # the change did not happen: the occurrence it ended goes on

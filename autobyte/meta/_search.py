@@ -160,27 +160,24 @@ class Search:
     def standing(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> tuple[list[Config], Config | None]:
         """The candidates still in the race (in shortlist order) and the leader (``None``: nothing measured yet).
 
-        Candidates are ranked by their mean speed over every window measured
-        in these conditions (the ledger's ``mean``, not its running average of
-        the last windows: a race decided on 8 windows of the leader is not
-        reopened by one slow window of it). A candidate is out once its mean
-        is below the leader's by more than ``z`` standard errors of the
-        difference.
+        A candidate is out once its mean speed is below the leader's by more
+        than ``z`` standard errors of the difference (each mean over the
+        windows measured, capped at the ledger's running average of 3).
         """
         seen = [c for c in shortlist if c in measured]
         if not seen:
             return list(shortlist), None
-        leader = max(seen, key=lambda c: measured[c][3])
+        leader = max(seen, key=lambda c: measured[c][0])
         s = self.sigma()
-        lv, ln = measured[leader][3], measured[leader][1]
+        lv, ln = measured[leader][0], min(3.0, measured[leader][1])
         alive = []
         for c in shortlist:
             m = measured.get(c)
             if m is None or c == leader:
                 alive.append(c)
                 continue
-            se = s * math.sqrt(1.0 / max(m[1], 0.25) + 1.0 / max(ln, 0.25))
-            if math.log(lv / m[3]) <= self.z * se:
+            se = s * math.sqrt(1.0 / min(3.0, max(m[1], 0.25)) + 1.0 / max(ln, 0.25))
+            if math.log(lv / m[0]) <= self.z * se:
                 alive.append(c)
         return alive, leader
 
@@ -219,7 +216,7 @@ class Search:
 
         The race is between the shortlist and every other configuration
         measured in these conditions (``measured``: the regime's ``[speed,
-        windows, last, mean]`` per configuration), so a trial of the explorer that
+        windows, ...]`` per configuration), so a trial of the explorer that
         measured close to the leader is raced too, and one far ahead wins at
         once. Candidates are measured round by round: the one with the fewest
         windows next (ties to the configuration in force, then shortlist
@@ -269,12 +266,12 @@ class Search:
                 return current, f"search: {current} measured again ({n(current):g} of {self.windows} windows)"
             return nxt, (f"search: measuring {nxt} ({n(nxt):g} of {self.windows} windows; {len(alive)} of "
                          f"{len(cands)} candidates left, {len(cands) - len(alive)} out by more than {self.z:g} "
-                         f"standard errors" + (f"; leader {leader} {measured[leader][3]:.1f} samples/s" if leader is not None else "") + ")")
+                         f"standard errors" + (f"; leader {leader} {measured[leader][0]:.1f} samples/s" if leader is not None else "") + ")")
         assert leader is not None
         if leader == current:
             return None
         out = len(cands) - len(alive)
-        return leader, (f"search: {leader} fastest at {measured[leader][3]:.1f} samples/s over {n(leader):g} windows; "
+        return leader, (f"search: {leader} fastest at {measured[leader][0]:.1f} samples/s over {n(leader):g} windows; "
                         f"{len(alive) - 1} left within the noise, {out} out (window scatter {100 * self.sigma():.1f}%)")
 
     def state_dict(self) -> dict[str, Any]:

@@ -96,32 +96,6 @@ def test_ledger_weighs_a_half_window_by_its_share():
     assert led.current.measured[A][1] == pytest.approx(1.5)
 
 
-def test_ledger_keeps_a_mean_of_every_window_beside_the_running_average_of_the_last():
-    led = Ledger(memory=3)
-    for it, speed in enumerate([100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 70.0]):
-        led.observe(10 * it, A, speed, False)
-    avg, windows, _, mean = led.current.measured[A]
-    assert windows == 8.0 and mean == pytest.approx(770.0 / 8)  # one slow window in eight
-    assert avg == pytest.approx(90.0)  # the running average weighs it as one of 3
-    old = led.current
-    new = led.observe(90, B, 50.0, True)
-    led.refile(A, 70.0, 1.0, old, new)  # undone in both averages
-    assert old.measured[A][0] == pytest.approx(100.0) and old.measured[A][3] == pytest.approx(100.0)
-    assert new.measured[A] == [70.0, 1.0, 1.0, 70.0]
-
-
-def test_ledger_loads_measurements_saved_before_the_mean_was_kept():
-    led = Ledger()
-    led.observe(10, A, 100.0, False)
-    led.observe(20, A, 130.0, False)
-    state = json.loads(json.dumps(led.state_dict()))
-    for r in state["regimes"]:
-        r["measured"] = [m[:5] for m in r["measured"]]  # [partition, credit, speed, windows, last]
-    back = Ledger()
-    back.load_state_dict(state)
-    assert back.current.measured[A] == [pytest.approx(115.0), 2.0, 2.0, pytest.approx(115.0)]
-
-
 def test_ledger_state_round_trips_through_json():
     led = Ledger()
     led.observe(10, A, 100.0, False)
