@@ -33,6 +33,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   threshold, or a step inside a check, counts at once, not after the next check confirms it.
 * ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
   conditions seen at another configuration and never runs the start to measure it (``guard_measure_after=None``).
+* ``autobyte-last-window-reference``: the controller's do-no-harm guard takes the start's last window alone for its
+  reference (``guard_reference_iters=1``), not the mean of its windows over the guard's span.
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -107,6 +109,15 @@ class CarriedReference(AutoByteTuner):
 
 
 register_tuner("autobyte-carried-reference", CarriedReference)
+
+
+class LastWindowReference(AutoByteTuner):
+    """AutoByte whose controller's guard takes the start's last window alone for its reference."""
+
+    guard_reference_iters = 1
+
+
+register_tuner("autobyte-last-window-reference", LastWindowReference)
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))

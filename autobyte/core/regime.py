@@ -317,12 +317,17 @@ class HarmGuard:
 
     The guard keeps an estimate of the starting configuration's speed in the
     current conditions (``reference``): measured whenever the run is at that
-    configuration; carried across a change of conditions seen at another
-    configuration in proportion to that configuration's own speed change since
-    its last measurement in the old conditions (the assumption: a change of
-    link or compute slows both alike; the detector judges a change the same
-    way, so a change seen when the run comes back to a configuration after a
-    trial is carried too). Each window at
+    configuration, as the mean of its windows in these conditions (their last
+    ``span`` iterations: one window scatters 3-5% on the CPU testbed, as much
+    as the gain of a tuned configuration, and a reference from the start's
+    last window alone tripped the guard 7 times in one 800-iteration run, 4
+    on the configuration the tuner's race measured fastest over 19 windows);
+    carried across a change of conditions seen at another configuration in
+    proportion to that configuration's own speed change since its last
+    measurement in the old conditions (the assumption: a change of link or
+    compute slows both alike; the detector judges a change the same way, so a
+    change seen when the run comes back to a configuration after a trial is
+    carried too). Each window at
     another configuration costs ``n * (reference / speed - 1)`` iterations'
     worth of time (negative when faster: gains are banked). When the cost
     over the last ``span`` iterations exceeds ``budget * span``, the guard
@@ -351,17 +356,23 @@ class HarmGuard:
             before the start runs a window to measure the reference (50: a
             regime shorter than the guard's span ends before the span does);
             ``None``: carried until the run comes back to the start.
+        reference_iters: the start's last iterations in these conditions
+            whose windows the reference averages (``None``: ``span``; 1: its
+            last window alone).
 
     Raises:
         ValueError: ``budget`` not in (0, 1), ``span`` not a positive integer,
-            or ``measure_after`` not a non-negative integer or ``None``.
+            ``measure_after`` not a non-negative integer or ``None``, or
+            ``reference_iters`` not a positive integer or ``None``.
     """
 
-    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, measure_after: int | None = 50) -> None:
+    def __init__(self, initial: Config, budget: float = 0.03, span: int = 50, measure_after: int | None = 50,
+                 reference_iters: int | None = None) -> None:
         self.initial = initial
         self.budget = check_fraction("budget", budget, 1.0)
         self.span = check_int("span", span)
         self.measure_after = None if measure_after is None else check_int("measure_after", measure_after, minimum=0)
+        self.reference_iters = self.span if reference_iters is None else check_int("reference_iters", reference_iters)
         #: the iteration of the change across which the reference was carried (``None``: measured in these conditions)
         self.carried_since: int | None = None
         self.measures = 0
@@ -371,6 +382,7 @@ class HarmGuard:
         self._hold_until = -1  # iteration until which the run stays at the starting configuration
         self._last: tuple[Config, float] | None = None  # config and speed of the last window
         self._speeds: dict[Config, float] = {}  # last speed of each configuration in the current conditions
+        self._starts: deque[tuple[int, float]] = deque()  # (iterations, speed) of the start's windows in these conditions
         self._tripped: tuple[Config, float] | None = None  # the config and speed the last trip left
         self.trips = 0
 
@@ -387,15 +399,21 @@ class HarmGuard:
                     self.reference *= speed / before
                 self.carried_since = iteration  # from before the change, as carried or as it was
             self._speeds = {}
+            self._starts.clear()
         if config == self.initial:
-            self.reference = speed
-            self.carried_since = None
             if self._tripped is not None and self._tripped[1] >= speed * (1 - self.budget):
                 # measured again, the configuration gone back to is no faster than what was left:
                 # the loss was the conditions', not the tuner's (a change the detector could not
-                # see, the reference being from before it). No hold.
+                # see, the reference being from before it). No hold, and the start's windows from
+                # before the change are not averaged in.
                 self._hold_until = -1
+                self._starts.clear()
             self._tripped = None
+            self._starts.append((n_iters, speed))
+            while sum(n for n, _ in self._starts) - self._starts[0][0] >= self.reference_iters:
+                self._starts.popleft()
+            self.reference = sum(n * v for n, v in self._starts) / max(1, sum(n for n, _ in self._starts))
+            self.carried_since = None
         cost = 0.0 if self.reference is None or config == self.initial else n_iters * (self.reference / speed - 1.0)
         self._windows.append((iteration, n_iters, cost))
         while self._windows and self._windows[0][0] <= iteration - self.span:
@@ -441,7 +459,7 @@ class HarmGuard:
         return {"reference": self.reference, "windows": [list(w) for w in self._windows], "hold_until": self._hold_until,
                 "carried_since": self.carried_since, "measures": self.measures,
                 "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips,
-                "speeds": [_cfg(c) + [v] for c, v in self._speeds.items()],
+                "speeds": [_cfg(c) + [v] for c, v in self._speeds.items()], "starts": [list(w) for w in self._starts],
                 "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -459,6 +477,8 @@ class HarmGuard:
             self.carried_since = None if state["carried_since"] is None else int(state["carried_since"])
         if "speeds" in state:
             self._speeds = dict(map(_one, state["speeds"]))
+        if "starts" in state:
+            self._starts = deque((int(n), float(v)) for n, v in state["starts"])
         if "tripped" in state:
             t = state["tripped"]
             self._tripped = None if t is None else _one(t)

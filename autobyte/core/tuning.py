@@ -113,6 +113,9 @@ class Tuner(abc.ABC):
     #: across the change (:class:`~autobyte.core.regime.HarmGuard` ``measure_after``); 50 (default); ``None``:
     #: carried until the run comes back to the start
     guard_measure_after: int | None = 50
+    #: the start's last iterations in these conditions whose windows the controller's do-no-harm guard averages
+    #: for its reference (:class:`~autobyte.core.regime.HarmGuard` ``reference_iters``); ``None`` (default): its span
+    guard_reference_iters: int | None = None
     #: whether the tuner chooses the wire's precision (:class:`~autobyte.core.wire.WireTuner`); ``False``
     #: (default): the job holds it and the tuner sees every configuration at ``"fp32"``
     #: (:class:`~autobyte.core.window.WindowCoordinator` ``wire``)
@@ -285,7 +288,8 @@ class Controller:
                                        confirm=getattr(self.tuner, "confirm", 2.0)) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else HarmGuard(
-            self.current, self.harm_budget, self.harm_span, getattr(self.tuner, "guard_measure_after", 50))
+            self.current, self.harm_budget, self.harm_span, getattr(self.tuner, "guard_measure_after", 50),
+            getattr(self.tuner, "guard_reference_iters", None))
         if not getattr(self.tuner, "guarded", True):
             self.guard = None
 

@@ -95,6 +95,30 @@ def test_guard_counts_time_lost_against_the_start_and_sends_the_run_back():
     assert why is not None and why.startswith("guard:") and g.holding(31) and not g.holding(80)
 
 
+def test_guard_reference_is_the_mean_of_the_starts_windows_in_these_conditions():
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, A, 110.0, 10, False)
+    assert g.reference == pytest.approx(105.0)
+    g.record(30, B, 105.0, 10, False)  # as fast as the start's mean: no cost, though slower than its last window
+    assert g.cost() == pytest.approx(0.0)
+    for i in range(4):
+        g.record(40 + 10 * i, A, 90.0, 10, False)
+    assert g.reference == pytest.approx((110.0 + 4 * 90.0) / 5)  # the start's last 50 iterations
+    g.record(80, B, 50.0, 10, True)  # a change seen at B: carried in proportion to B's own
+    assert g.reference == pytest.approx(94.0 * 50.0 / 105.0)
+    g.record(90, A, 60.0, 10, False)  # measured in the new conditions: nothing of the old ones is averaged in
+    assert g.reference == 60.0
+    h = HarmGuard(A, budget=0.03, span=50)
+    h.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    h.record(100, A, 70.0, 10, False)
+    assert h.reference == pytest.approx(65.0)
+    last = HarmGuard(A, budget=0.03, span=50, reference_iters=1)  # the start's last window alone
+    last.record(10, A, 100.0, 10, False)
+    last.record(20, A, 110.0, 10, False)
+    assert last.reference == 110.0
+
+
 def test_guard_carries_its_reference_across_a_change_and_clears_its_span():
     g = HarmGuard(A, budget=0.03, span=50)
     g.record(10, A, 100.0, 10, False)
@@ -139,7 +163,8 @@ def test_guard_state_round_trips():
 @pytest.mark.parametrize("kw,match", [({"budget": 0}, "budget must be"), ({"budget": 1.5}, "budget must be"),
                                       ({"span": 0}, "span must be"),
                                       ({"measure_after": -1}, "measure_after must be a non-negative integer"),
-                                      ({"measure_after": 2.5}, "measure_after must be a non-negative integer")])
+                                      ({"measure_after": 2.5}, "measure_after must be a non-negative integer"),
+                                      ({"reference_iters": 0}, "reference_iters must be")])
 def test_guard_rejects_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         HarmGuard(A, **kw)
