@@ -236,9 +236,9 @@ class Search:
         leader runs (banking its gain) until the allowance has room again. A
         candidate that never fits (an unmeasured one whose estimate carries the
         job's worst over-prediction, while the start leads and the guard
-        allows 1.5 iterations: 5.6 asked in one run on the CPU testbed) so
-        does not hold up the others: they are measured, and the leader among
-        them runs.
+        allows 1.5 iterations: 5.6 asked in one run on the CPU testbed) does
+        not hold up the others: they are measured, and the leader among them
+        runs.
         """
         if not shortlist or horizon < self.min_horizon:
             return None
@@ -251,7 +251,8 @@ class Search:
         # round by round: the fewest windows first (a bad candidate is out after one), ties to the one in force
         need = sorted((c for c in alive if n(c) < self.windows - 1e-9), key=lambda c: (n(c), c != current, cands.index(c)))
         costs = {c: worst(c) for c in need if c != current and c != leader} if allowance is not None and worst else {}
-        fit = [c for c in need if costs.get(c, 0.0) <= (allowance if allowance is not None else math.inf)]
+        # the one in force and the leader always fit (the allowance may be below 0 while the start runs)
+        fit = [c for c in need if c not in costs or allowance is None or costs[c] <= allowance]
         if need and not fit:
             first = need[0]
             why = (f"a window of {first} could cost {costs[first]:.1f} iterations, the do-no-harm allowance is "

@@ -85,6 +85,9 @@ def test_a_candidate_whose_window_does_not_fit_the_allowance_waits_and_the_next_
     step = s.propose(sl, measured, c, 500, allowance=1.2, worst=worst)
     assert step is not None and step[0] == a and step[1].startswith(f"search: back to the leader {a}")
     assert s.propose(sl, measured, a, 500, allowance=6.0, worst=worst)[0] == b  # room again: b is measured
+    # over budget while the start runs (the allowance below 0): the one in force and the leader still fit
+    assert s.propose([a, c], {a: [100.0, 1.0, 1.0]}, a, 500, allowance=-0.5, worst=worst)[0] == a
+    assert s.propose([a, c], {c: [99.0, 1.0, 1.0]}, a, 500, allowance=-0.5, worst=worst)[0] == a
 
 
 def test_the_noise_is_the_jobs_own_once_enough_windows_were_repeated():
