@@ -410,9 +410,10 @@ class HarmGuard:
                 self._starts.clear()
             self._tripped = None
             self._starts.append((n_iters, speed))
-            while sum(n for n, _ in self._starts) - self._starts[0][0] >= self.reference_iters:
-                self._starts.popleft()
-            self.reference = sum(n * v for n, v in self._starts) / max(1, sum(n for n, _ in self._starts))
+            total = sum(n for n, _ in self._starts)
+            while total - self._starts[0][0] >= self.reference_iters:
+                total -= self._starts.popleft()[0]
+            self.reference = sum(n * v for n, v in self._starts) / max(1, total)
             self.carried_since = None
         cost = 0.0 if self.reference is None or config == self.initial else n_iters * (self.reference / speed - 1.0)
         self._windows.append((iteration, n_iters, cost))

@@ -250,19 +250,19 @@ class Search:
 
         # round by round: the fewest windows first (a bad candidate is out after one), ties to the one in force
         need = sorted((c for c in alive if n(c) < self.windows - 1e-9), key=lambda c: (n(c), c != current, cands.index(c)))
-        costs = {c: worst(c) for c in need if c != current and c != leader} if allowance is not None and worst else {}
-        # the one in force and the leader always fit (the allowance may be below 0 while the start runs)
-        fit = [c for c in need if c not in costs or allowance is None or costs[c] <= allowance]
-        if need and not fit:
-            first = need[0]
-            why = (f"a window of {first} could cost {costs[first]:.1f} iterations, the do-no-harm allowance is "
+
+        def fits(c: Config) -> bool:  # the one in force and the leader always fit (the allowance may be below 0 at the start)
+            return allowance is None or worst is None or c == current or c == leader or worst(c) <= allowance
+
+        nxt = next((c for c in need if fits(c)), None)
+        if need and nxt is None:
+            assert allowance is not None and worst is not None
+            why = (f"a window of {need[0]} could cost {worst(need[0]):.1f} iterations, the do-no-harm allowance is "
                    f"{allowance:.1f}" + (f" ({len(need) - 1} more candidates left to measure do not fit either)" if len(need) > 1 else ""))
             if leader is None or leader == current:
                 return current, f"search: {current} runs on: {why}"
             return leader, f"search: back to the leader {leader}: {why}"
-        need = fit
-        if need and alive != [leader]:
-            nxt = need[0]
+        if nxt is not None and alive != [leader]:
             if nxt == current:
                 return current, f"search: {current} measured again ({n(current):g} of {self.windows} windows)"
             return nxt, (f"search: measuring {nxt} ({n(nxt):g} of {self.windows} windows; {len(alive)} of "

@@ -298,7 +298,7 @@ class AutoByteTuner(Tuner):
         else:
             self.trial_record.drop()  # no trial ran this window, or conditions changed under it
         horizon = self.ledger.horizon(obs.iteration)
-        step = self._search(obs, sc, regime, horizon) if self.explore else None
+        step = self._search(obs, sc, regime, measured, horizon) if self.explore else None
         if step is not None:
             check = self.verifier.propose(trial, obs.config, obs.speed, obs.regime_changed)
             if check is not None:  # a change of conditions at a surprise is told first, as below
@@ -370,7 +370,8 @@ class AutoByteTuner(Tuner):
         """Not tried in ``regime``: what past jobs measured slower, and what the last regime measured out (Search.carried_out)."""
         return self.slower | (self.search.carried_out([r for r in reversed(self.ledger.regimes) if r is not regime]) if self.search else set())
 
-    def _search(self, obs: Observation, sc: Scores, regime: Regime, horizon: float) -> tuple[Config, str] | None:
+    def _search(self, obs: Observation, sc: Scores, regime: Regime, measured: dict[Config, float],
+                horizon: float) -> tuple[Config, str] | None:
         """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when
         they are expected to last; ``None``: no search, or its winner is in force."""
         if self.search is None:
@@ -386,7 +387,6 @@ class AutoByteTuner(Tuner):
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, "
                       "%d windows each unless measured out", regime.ident, horizon,
                       ", ".join(map(str, regime.shortlist)), self.search.windows)
-        measured = regime.speeds(self.ledger.stale_windows)
 
         def worst(c: Config) -> float:  # a window of c one error below its estimate, as a trial of the explorer
             assert self.search is not None
