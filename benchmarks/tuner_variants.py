@@ -93,6 +93,19 @@ class FreshRaces(AutoByteTuner):
 register_tuner("autobyte-fresh-races", FreshRaces)
 
 
+class RaceEveryRegime(AutoByteTuner):
+    """AutoByte whose races never end for good: one reopens when the drift of the running averages brings a candidate
+    measured out back within the noise, and every new set of conditions races a full shortlist afresh."""
+
+    def _search(self, obs: Observation, sc: Any, regime: Any, measured: dict[Config, float], horizon: float) -> Any:
+        step = super()._search(obs, sc, regime, measured, horizon)
+        regime.winner = None
+        return step
+
+
+register_tuner("autobyte-race-every-regime", RaceEveryRegime)
+
+
 class InstantChanges(AutoByteTuner):
     """AutoByte whose controller's detector takes every change (speed or step) at once (no ``confirm``)."""
 

@@ -14,6 +14,16 @@ it measured stays in the regime (:class:`~autobyte.meta._ledger.Regime`),
 so conditions that return resume or reuse their search, and what was
 measured out there is neither raced nor tried in the conditions that follow
 (:meth:`Search.carried_out`).
+
+A race that has ended is not run again in its conditions: its winner is held
+there (:attr:`~autobyte.meta._ledger.Regime.winner`), whatever the drift of
+the host does to the running averages (on the steady held-out scenario of
+docs/benchmarks.md 2.15, races that had ended reopened and measured other
+candidates 8 and 7 more times in its two runs). And once a race has ended anywhere, the conditions that follow do not
+race afresh: a ranking outlives its conditions (switching per condition is
+worth a median 0.0% over the best static configuration in hindsight), so the
+winner is raced only against the job's start there (``narrow``
+:meth:`Search.shortlist`), to tell whether the new conditions moved it.
 """
 
 from __future__ import annotations
@@ -87,7 +97,7 @@ class Search:
 
     def shortlist(self, space: SearchSpace, predicted: np.ndarray, current: Config, known: Sequence[Config],
                   equivalence: Equivalence | None = None, skip: Collection[Config] = (),
-                  around: Sequence[Config] = ()) -> list[Config]:
+                  around: Sequence[Config] = (), narrow: bool = False) -> list[Config]:
         """The candidates of a new search, in the order they are measured.
 
         ``known``: configurations measured fastest elsewhere (the conditions
@@ -100,7 +110,9 @@ class Search:
         in every suite run), one per schedule class not yet listed. Neighbours outside
         ``space`` are snapped to its nearest candidate. ``skip``: never
         listed (past jobs measured them slower; the last regime measured them
-        out, :meth:`carried_out`).
+        out, :meth:`carried_out`). ``narrow``: ``current`` and ``known`` alone
+        (a race that ended in other conditions: whether its winner still leads
+        its rivals here).
         """
         out: list[Config] = [current]
         classes = {self._class(current, space, equivalence)}
@@ -113,6 +125,8 @@ class Search:
 
         for c in known:
             add(c)
+        if narrow:
+            return out
         # the network's first choices near the configuration in force (further away it ranks no better than chance)
         cands = space.to_array()
         dist = np.maximum(np.abs(np.log2(cands[:, 0] / current.partition_bytes)),
@@ -203,6 +217,14 @@ class Search:
     def _entrants(shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> list[Config]:
         """The race's candidates: the shortlist, then every other configuration measured in these conditions."""
         return list(shortlist) + [c for c in measured if c not in shortlist]
+
+    def winner(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> Config | None:
+        """The race's winner once it is over (only the leader left, or every candidate left has its
+        ``windows`` windows), as :meth:`propose` decides; ``None`` while it goes on."""
+        alive, leader = self.standing(self._entrants(shortlist, measured), measured)
+        if leader is None or (alive != [leader] and any(c not in measured or measured[c][1] < self.windows - 1e-9 for c in alive)):
+            return None
+        return leader
 
     def leader(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> Config | None:
         """The fastest configuration measured among the race's candidates (``None``: none measured yet)."""

@@ -52,7 +52,9 @@ class AutoByteTuner(Tuner):
     3. :class:`~autobyte.meta._learner.Learner` adapts the network's head on
        a bad prediction. Where conditions last, :class:`~autobyte.meta._search.Search`
        races a shortlist over several windows each and decides before 4, 6, 7
-       (after the Verifier, 5, and inside the do-no-harm allowance).
+       (after the Verifier, 5, and inside the do-no-harm allowance); a race
+       that ended holds its winner in its conditions, and in later ones is
+       run only between its winner and the start.
     4. :class:`~autobyte.meta._moves.Mover` goes to the fastest configuration
        measured in this regime when it beats the one in force by ``min_gain``
        (after a trial that measured slower, that is the rollback).
@@ -372,28 +374,31 @@ class AutoByteTuner(Tuner):
 
     def _search(self, obs: Observation, sc: Scores, regime: Regime, measured: dict[Config, float],
                 horizon: float) -> tuple[Config, str] | None:
-        """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when
-        they are expected to last; ``None``: no search, or its winner is in force."""
-        if self.search is None:
+        """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when they are
+        expected to last; ``None``: no search, its winner is in force, or its race here ended (its winner is held)."""
+        if (search := self.search) is None or regime.winner is not None:
             return None
         if regime.shortlist is None:
             ended = any(r.durations for r in self.ledger.regimes)
-            if horizon < self.search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
+            if horizon < search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
-            # what was measured fastest in other conditions of this job (most recent first), and the job's start
-            known = [b for r in reversed(self.ledger.regimes) if r is not regime and (b := r.best()) is not None][:2]
-            regime.shortlist = self.search.shortlist(self.space, sc.predicted, obs.config, known + [self.begun or obs.config],
-                                                     self.scorer.equivalence, self._carried(regime), around=[self.begun or obs.config])
-            _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, "
-                      "%d windows each unless measured out", regime.ident, horizon,
-                      ", ".join(map(str, regime.shortlist)), self.search.windows)
+            start, others = self.begun or obs.config, [r for r in reversed(self.ledger.regimes) if r is not regime]
+            # a race ended elsewhere: its winner against the start; else the fastest measured elsewhere, the start, ...
+            won = [r.winner for r in others if r.winner is not None][:2]
+            known = won or [b for r in others if (b := r.best()) is not None][:2]
+            regime.shortlist = search.shortlist(self.space, sc.predicted, obs.config, known + [start], self.scorer.equivalence,
+                                                self._carried(regime), around=[start], narrow=bool(won))
+            _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, %d windows each "
+                      "unless measured out%s", regime.ident, horizon, ", ".join(map(str, regime.shortlist)), search.windows,
+                      f" (a race decided {won[0]} in other conditions: raced against the start here, not afresh)" if won else "")
 
         def worst(c: Config) -> float:  # a window of c one error below its estimate, as a trial of the explorer
-            assert self.search is not None
             guess = float(sc.predicted[self.space.index(c)]) if c in self.space else obs.speed
-            return self.search.window_cost(c, obs.speed, measured, guess, self.scorer.sigma(), self.scorer.downside(),
-                                           self.explorer.widen, self.explorer.trial_iters)
-        return self.search.propose(regime.shortlist, regime.measured, obs.config, horizon, obs.harm_allowance, worst)
+            return search.window_cost(c, obs.speed, measured, guess, self.scorer.sigma(), self.scorer.downside(),
+                                      self.explorer.widen, self.explorer.trial_iters)
+        step = search.propose(regime.shortlist, regime.measured, obs.config, horizon, obs.harm_allowance, worst)
+        regime.winner = search.winner(regime.shortlist, regime.measured)
+        return step
 
     def _probe(self, obs: Observation, sc: Scores | None) -> Decision | None:
         """Right after a change of conditions: run the configuration that tells whether past conditions are back.

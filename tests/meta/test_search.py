@@ -110,10 +110,33 @@ def test_bad_arguments_are_refused_with_their_name_and_value(kw, value):
         Search(**{kw: value})
 
 
-def test_a_regimes_shortlist_survives_its_state():
-    r = Regime(3, {START: [10.0, 2.0, 2.0]}, windows=2, shortlist=[START, cfg(MiB, 4)])
-    assert Regime.from_dict(r.to_dict()).shortlist == [START, cfg(MiB, 4)]
+def test_a_regimes_shortlist_and_winner_survive_its_state():
+    r = Regime(3, {START: [10.0, 2.0, 2.0]}, windows=2, shortlist=[START, cfg(MiB, 4)], winner=cfg(MiB, 4))
+    back = Regime.from_dict(r.to_dict())
+    assert back.shortlist == [START, cfg(MiB, 4)] and back.winner == cfg(MiB, 4)
     assert Regime.from_dict({**r.to_dict(), "shortlist": None}).shortlist is None
+    saved = r.to_dict()
+    del saved["winner"]  # a state saved before races had winners: the race goes on
+    assert Regime.from_dict(saved).winner is None
+
+
+def test_a_race_has_a_winner_once_only_the_leader_is_left_or_every_one_left_has_its_windows():
+    s = Search(windows=3, noise=0.03)
+    a, b, c = START, cfg(MiB, 4), cfg(16 * MiB, 4)
+    assert s.winner([a, b, c], {}) is None  # nothing measured
+    assert s.winner([a, b, c], {a: [100.0, 3.0, 3.0], b: [101.0, 2.0, 5.0]}) is None  # c unmeasured, b short of windows
+    assert s.winner([a, b], {a: [100.0, 3.0, 3.0], b: [101.0, 2.0, 5.0]}) is None
+    assert s.winner([a, b], {a: [100.0, 3.0, 3.0], b: [101.0, 3.0, 6.0]}) == b  # both their windows: the faster
+    assert s.winner([a, b, c], {a: [100.0, 1.0, 1.0], b: [70.0, 1.0, 2.0], c: [60.0, 1.0, 3.0]}) == a  # the others out
+    # as propose decides: over with its winner in force -> nothing to say
+    assert s.propose([a, b], {a: [100.0, 3.0, 3.0], b: [99.0, 3.0, 6.0]}, a, 500) is None
+
+
+def test_a_narrow_shortlist_is_the_configuration_in_force_and_the_known_ones_alone():
+    predicted = np.arange(len(SPACE), dtype=float)  # the network ranks others first: not listed
+    a, b = cfg(MiB, 4), START
+    assert Search(top=2).shortlist(SPACE, predicted, a, [a, b], around=[b], narrow=True) == [a, b]
+    assert Search(top=2).shortlist(SPACE, predicted, a, [a, b], skip={b}, narrow=True) == [a]
 
 
 def _sim_window(config: Config, w: int) -> Observation:
@@ -199,3 +222,47 @@ def test_what_a_regime_without_a_race_measured_out_is_carried_too():
     a, c = cfg(MiB, 4), cfg(16 * MiB, 4)
     assert s.carried_out([Regime(1, {a: [100.0, 2.0, 5.0], c: [70.0, 1.0, 3.0]}, windows=5)]) == {c}
     assert s.carried_out([Regime(1, {a: [100.0, 2.0, 5.0]}, windows=5)]) == set()  # one configuration ranks nothing
+
+
+def _run(t: AutoByteTuner, cur: Config, phases, w: int = 0):
+    """Run ``t`` over the simulator's ``phases`` ((cluster, windows, speed factor) each); the configurations run per phase."""
+    ran = []
+    for cluster, n, factor in phases:
+        ran.append([])
+        for k in range(n):
+            res = sim.simulate(sim.get_model("resnet50"), cluster, cur, n_iters=2, seed=w)
+            f = factor(w) if callable(factor) else factor
+            d = t.observe(Observation(w * 10, cur, f * float(res.features().speed.sum()), res.features(),
+                                      regime_changed=(w > 0 and k == 0)))
+            ran[-1].append(cur)
+            cur = d.config if d is not None else cur
+            w += 1
+    return ran, cur
+
+
+def test_a_race_that_ended_holds_its_winner_whatever_the_drift_brings_back_within_the_noise(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False, explore=True)
+    cur = t.start(SPACE, START)
+    fast = sim.Cluster.from_gbps(4, 5.0, "ps")
+    ran, cur = _run(t, cur, [(fast, 40, 1.0)])
+    regime = t.ledger.current
+    assert regime.winner is not None and cur == regime.winner  # the race ended and its winner runs
+    measured_out = {c for c in regime.measured if c not in t.search.standing(regime.shortlist, regime.measured)[0]}
+    assert measured_out
+    # the host slows by 1% a window (no change of conditions seen): the winner's running average falls towards
+    # what the others measured before, which a race that reopened would measure again
+    ran, cur = _run(t, cur, [(fast, 20, lambda w: 0.99 ** (w - 39))], w=40)
+    assert t.ledger.current is regime and regime.winner is not None
+    assert not measured_out & set(ran[0])  # none of what the race measured out runs again
+
+
+def test_after_a_race_ended_new_conditions_race_its_winner_against_the_start_alone(fresh_net, caplog):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False)
+    cur = t.start(SPACE, START)
+    with caplog.at_level("INFO", logger="autobyte.meta"):
+        ran, cur = _run(t, cur, [(sim.Cluster.from_gbps(4, 5.0, "ps"), 40, 1.0), (sim.Cluster.from_gbps(4, 2.0, "ps"), 30, 1.0)])
+    first, second = t.ledger.regimes[0], t.ledger.current
+    assert first.winner is not None and second is not first
+    assert second.shortlist is not None and set(second.shortlist) <= {first.winner, START, ran[1][0]}
+    assert f"a race decided {first.winner} in other conditions" in caplog.text
+    assert second.winner in second.shortlist or second.winner in second.measured  # that race ended too
