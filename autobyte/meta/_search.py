@@ -16,7 +16,9 @@ measured out there is neither raced nor tried in the conditions that follow
 (:meth:`Search.carried_out`).
 
 A race that has ended is not run again in its conditions: its winner is held
-there (:attr:`~autobyte.meta._ledger.Regime.winner`), whatever the drift of
+there (:attr:`~autobyte.meta._ledger.Regime.winner`, :meth:`Search.hold`:
+only a configuration measured ahead of it by more than the noise takes its
+place, and only a trial predicted far ahead, a leap, is tried), whatever the drift of
 the host does to the running averages (on the steady held-out scenario of
 docs/benchmarks.md 2.15, races that had ended reopened and measured other
 candidates 8 and 7 more times in its two runs). And once a race has ended anywhere, the conditions that follow do not
@@ -225,6 +227,35 @@ class Search:
         if leader is None or (alive != [leader] and any(c not in measured or measured[c][1] < self.windows - 1e-9 for c in alive)):
             return None
         return leader
+
+    def hold(self, regime: Regime, measured: dict[Config, list[float]], current: Config) -> tuple[Config, str]:
+        """A race that ended in ``regime``: its winner runs, unless a configuration measured there (a trial, the
+        start under the guard) leads it by more than ``z`` standard errors: then that one wins.
+
+        ``measured``: the regime's measurements still fresh (a host's drift
+        makes an old one look fast against a new one). Returns the
+        configuration to run (``current``: keep it) and why, and records the
+        winner in ``regime``. Nothing else moves in these conditions: a
+        drift that brings a candidate within the noise, or a window of one a
+        few percent ahead, does not reopen the race.
+        """
+        winner = regime.winner
+        assert winner is not None
+        alive, leader = self.standing(self._entrants(regime.shortlist or [winner], measured), measured)
+        if leader is None:  # its measurements moved to other conditions (Ledger.refile): nothing to hold to
+            return current, f"search: {current} runs on, nothing measured in these conditions"
+        if winner not in measured:
+            regime.winner = leader
+            return leader, f"search: {leader}, the fastest measured here, wins (the race's winner {winner} was moved to other conditions)"
+        if winner not in alive:
+            regime.winner = leader
+            return leader, (f"search: {leader} measured {measured[leader][0]:.1f} samples/s, ahead of the race's winner "
+                            f"{winner} ({measured[winner][0]:.1f}) by more than {self.z:g} standard errors: it wins here")
+        if winner == current:
+            return winner, (f"search: the race's winner here holds ({measured[winner][0]:.1f} samples/s over "
+                            f"{measured[winner][1]:g} windows; nothing measured here leads it by more than the noise)")
+        return winner, (f"search: back to {winner}, the race's winner here ({measured[winner][0]:.1f} samples/s over "
+                        f"{measured[winner][1]:g} windows)")
 
     def leader(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> Config | None:
         """The fastest configuration measured among the race's candidates (``None``: none measured yet)."""

@@ -52,9 +52,9 @@ class AutoByteTuner(Tuner):
     3. :class:`~autobyte.meta._learner.Learner` adapts the network's head on
        a bad prediction. Where conditions last, :class:`~autobyte.meta._search.Search`
        races a shortlist over several windows each and decides before 4, 6, 7
-       (after the Verifier, 5, and inside the do-no-harm allowance); a race
-       that ended holds its winner in its conditions, and in later ones is
-       run only between its winner and the start.
+       (after the Verifier, 5, and inside the do-no-harm allowance); an ended
+       race holds its winner there instead of 4 and 7 (leaps only), and later
+       conditions race its winner against the start alone.
     4. :class:`~autobyte.meta._moves.Mover` goes to the fastest configuration
        measured in this regime when it beats the one in force by ``min_gain``
        (after a trial that measured slower, that is the rollback).
@@ -375,16 +375,15 @@ class AutoByteTuner(Tuner):
     def _search(self, obs: Observation, sc: Scores, regime: Regime, measured: dict[Config, float],
                 horizon: float) -> tuple[Config, str] | None:
         """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when they are
-        expected to last; ``None``: no search, its winner is in force, or its race here ended (its winner is held)."""
-        if (search := self.search) is None or regime.winner is not None:
-            return None
+        expected to last, and holding its winner once its race here has ended; ``None``: no search, or its winner is in force."""
+        if (search := self.search) is None or regime.winner is not None:  # a race ended here: its winner holds
+            return None if search is None else search.hold(regime, {c: regime.measured[c] for c in measured}, obs.config)
         if regime.shortlist is None:
             ended = any(r.durations for r in self.ledger.regimes)
             if horizon < search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             start, others = self.begun or obs.config, [r for r in reversed(self.ledger.regimes) if r is not regime]
-            # a race ended elsewhere: its winner against the start; else the fastest measured elsewhere, the start, ...
-            won = [r.winner for r in others if r.winner is not None][:2]
+            won = [r.winner for r in others if r.winner is not None][:2]  # ended elsewhere: raced against the start alone
             known = won or [b for r in others if (b := r.best()) is not None][:2]
             regime.shortlist = search.shortlist(self.space, sc.predicted, obs.config, known + [start], self.scorer.equivalence,
                                                 self._carried(regime), around=[start], narrow=bool(won))
