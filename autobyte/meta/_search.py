@@ -228,18 +228,18 @@ class Search:
             return None
         return leader
 
-    def hold(self, regime: Regime, measured: dict[Config, list[float]], current: Config) -> tuple[Config, str]:
+    def hold(self, regime: Regime, fresh: Collection[Config], current: Config) -> tuple[Config, str]:
         """A race that ended in ``regime``: its winner runs, unless a configuration measured there (a trial, the
         start under the guard) leads it by more than ``z`` standard errors: then that one wins.
 
-        ``measured``: the regime's measurements still fresh (a host's drift
-        makes an old one look fast against a new one). Returns the
+        ``fresh``: the configurations whose measurements there are still
+        fresh (a host's drift makes an old one look fast against a new one). Returns the
         configuration to run (``current``: keep it) and why, and records the
         winner in ``regime``. Nothing else moves in these conditions: a
         drift that brings a candidate within the noise, or a window of one a
         few percent ahead, does not reopen the race.
         """
-        winner = regime.winner
+        winner, measured = regime.winner, {c: v for c, v in regime.measured.items() if c in fresh}
         assert winner is not None
         alive, leader = self.standing(self._entrants(regime.shortlist or [winner], measured), measured)
         if leader is None:  # its measurements moved to other conditions (Ledger.refile): nothing to hold to

@@ -377,7 +377,7 @@ class AutoByteTuner(Tuner):
         """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when they are
         expected to last, and holding its winner once its race here has ended; ``None``: no search, or its winner is in force."""
         if (search := self.search) is None or regime.winner is not None:  # a race ended here: its winner holds
-            return None if search is None else search.hold(regime, {c: regime.measured[c] for c in measured}, obs.config)
+            return None if search is None else search.hold(regime, measured, obs.config)
         if regime.shortlist is None:
             ended = any(r.durations for r in self.ledger.regimes)
             if horizon < search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
@@ -397,7 +397,7 @@ class AutoByteTuner(Tuner):
                                       self.explorer.widen, self.explorer.trial_iters)
         step = search.propose(regime.shortlist, regime.measured, obs.config, horizon, obs.harm_allowance, worst)
         regime.winner = search.winner(regime.shortlist, regime.measured)
-        return step
+        return search.hold(regime, measured, obs.config) if step is None and regime.winner else step  # it ended here now
 
     def _probe(self, obs: Observation, sc: Scores | None) -> Decision | None:
         """Right after a change of conditions: run the configuration that tells whether past conditions are back.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -142,7 +143,7 @@ def test_an_ended_race_holds_its_winner_until_one_measured_there_leads_it_by_mor
     r.measured[c] = [115.0, 2.0, 11.0]  # c measured 15% ahead over two windows: beyond the noise, c wins
     step = s.hold(r, r.measured, a)
     assert step[0] == c and r.winner == c and "it wins here" in step[1]
-    fresh = {a: r.measured[a]}  # c's measurement gone stale: a holds again
+    fresh = {a}  # c's measurement gone stale: a holds again
     r.winner = a
     assert s.hold(r, fresh, a)[0] == a
     gone = Regime(2, {b: [90.0, 1.0, 3.0]}, windows=3, shortlist=[a, b], winner=a)  # a's measurements moved elsewhere
@@ -284,3 +285,37 @@ def test_after_a_race_ended_new_conditions_race_its_winner_against_the_start_alo
     assert second.shortlist is not None and set(second.shortlist) <= {first.winner, START, ran[1][0]}
     assert f"a race decided {first.winner} in other conditions" in caplog.text
     assert second.winner in second.shortlist or second.winner in second.measured  # that race ended too
+
+
+def test_from_the_window_a_race_ends_only_its_hold_and_leaps_decide(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False)
+    cur = t.start(SPACE, START)
+    fast, after = sim.Cluster.from_gbps(4, 5.0, "ps"), []
+    for w in range(60):
+        ended = t.ledger.current.winner is not None
+        res = sim.simulate(sim.get_model("resnet50"), fast, cur, n_iters=2, seed=w)
+        d = t.observe(Observation(w * 10, cur, float(res.features().speed.sum()), res.features()))
+        if t.ledger.current.winner is not None and d is not None:
+            after.append((ended, d.reason))
+        cur = d.config if d is not None else cur
+    assert t.ledger.current.winner is not None
+    # the window the race ends in and every one after: the search's hold, or a trial the network sees far ahead
+    def leap(r: str) -> bool:
+        m = re.search(r"predicted ([0-9.]+) samples/s \(best measured ([0-9.]+)", r)
+        return m is not None and float(m.group(1)) > (1 + t.search.leap) * float(m.group(2))
+
+    assert after and all(r.startswith("search:") or (r.startswith("explore:") and leap(r)) for _, r in after), after
+    assert not any(r.startswith(("measured best", "rollback")) for _, r in after)
+
+
+def test_the_window_a_race_ends_in_with_its_winner_in_force_is_the_holds(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False)
+    t.start(SPACE, START)
+    obs = _sim_window(START, 0)
+    sc = t.scorer.score(START, obs.speed, obs.features)
+    r = t.ledger.current
+    r.shortlist, r.windows = [START, cfg(MiB, 4)], 6
+    r.measured = {START: [obs.speed, 3.0, 6.0], cfg(MiB, 4): [0.98 * obs.speed, 3.0, 5.0]}  # both their windows
+    step = t._search(obs, sc, r, {c: v[0] for c, v in r.measured.items()}, 500.0)
+    # not None (which would hand the window to the mover and the explorer): the hold keeps the winner
+    assert r.winner == START and step is not None and step[0] == START and "holds" in step[1]
