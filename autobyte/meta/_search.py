@@ -15,17 +15,18 @@ so conditions that return resume or reuse their search, and what was
 measured out there is neither raced nor tried in the conditions that follow
 (:meth:`Search.carried_out`).
 
-A race that has ended is not run again in its conditions: its winner is held
-there (:attr:`~autobyte.meta._ledger.Regime.winner`, :meth:`Search.hold`:
-only a configuration measured ahead of it by more than the noise takes its
-place, and only a trial predicted far ahead, a leap, is tried), whatever the drift of
-the host does to the running averages (on the steady held-out scenario of
-docs/benchmarks.md 2.15, races that had ended reopened and measured other
-candidates 8 and 7 more times in its two runs). And once a race has ended anywhere, the conditions that follow do not
-race afresh: a ranking outlives its conditions (switching per condition is
-worth a median 0.0% over the best static configuration in hindsight), so the
-winner is raced only against the job's start there (``narrow``
-:meth:`Search.shortlist`), to tell whether the new conditions moved it.
+A race that has ended is not run again in its conditions: its winner is
+held there (:attr:`~autobyte.meta._ledger.Regime.winner`,
+:meth:`Search.hold`: only a configuration measured ahead of it by more than
+the noise takes its place, and only a trial predicted far ahead, a leap, is
+tried), whatever the host's drift does to the running averages (on the
+steady scenario of docs/benchmarks.md 2.15, ended races reopened and measured
+other candidates 8 and 7 more times in its two runs). And once a race has
+ended anywhere, the conditions that follow do not race afresh: a ranking
+outlives its conditions (switching per condition is worth a median 0.0% over
+the best static configuration in hindsight), so the winner is raced only
+against the job's start there (``narrow`` :meth:`Search.shortlist`), to tell
+whether the new conditions moved it (docs/benchmarks.md 2.16).
 """
 
 from __future__ import annotations

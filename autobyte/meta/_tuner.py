@@ -375,7 +375,7 @@ class AutoByteTuner(Tuner):
     def _search(self, obs: Observation, sc: Scores, regime: Regime, measured: dict[Config, float],
                 horizon: float) -> tuple[Config, str] | None:
         """The search's step in these conditions (:class:`~autobyte.meta._search.Search`), starting one when they are
-        expected to last, and holding its winner once its race here has ended; ``None``: no search, or its winner is in force."""
+        expected to last, and holding its winner once its race here has ended; ``None``: no search here, or not now."""
         if (search := self.search) is None or regime.winner is not None:  # a race ended here: its winner holds
             return None if search is None else search.hold(regime, measured, obs.config)
         if regime.shortlist is None:
