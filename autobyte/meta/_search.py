@@ -221,13 +221,19 @@ class Search:
         """The race's candidates: the shortlist, then every other configuration measured in these conditions."""
         return list(shortlist) + [c for c in measured if c not in shortlist]
 
+    def _short(self, alive: Sequence[Config], measured: dict[Config, list[float]]) -> list[Config]:
+        """The candidates left in the race with fewer than ``windows`` windows, in ``alive``'s order."""
+        return [c for c in alive if (measured[c][1] if c in measured else 0.0) < self.windows - 1e-9]
+
+    @staticmethod
+    def _over(alive: Sequence[Config], leader: Config | None, short: Sequence[Config]) -> bool:
+        """The race is over: only the leader is left, or every candidate left has its windows."""
+        return leader is not None and (list(alive) == [leader] or not short)
+
     def winner(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> Config | None:
-        """The race's winner once it is over (only the leader left, or every candidate left has its
-        ``windows`` windows), as :meth:`propose` decides; ``None`` while it goes on."""
+        """The race's winner once it is over (:meth:`_over`), as :meth:`propose` decides; ``None`` while it goes on."""
         alive, leader = self.standing(self._entrants(shortlist, measured), measured)
-        if leader is None or (alive != [leader] and any(c not in measured or measured[c][1] < self.windows - 1e-9 for c in alive)):
-            return None
-        return leader
+        return leader if self._over(alive, leader, self._short(alive, measured)) else None
 
     def hold(self, regime: Regime, fresh: Collection[Config], current: Config) -> tuple[Config, str]:
         """A race that ended in ``regime``: its winner runs, unless a configuration measured there (a trial, the
@@ -303,7 +309,7 @@ class Search:
             return measured[c][1] if c in measured else 0.0
 
         # round by round: the fewest windows first (a bad candidate is out after one), ties to the one in force
-        need = sorted((c for c in alive if n(c) < self.windows - 1e-9), key=lambda c: (n(c), c != current, cands.index(c)))
+        need = sorted(self._short(alive, measured), key=lambda c: (n(c), c != current, cands.index(c)))
 
         def fits(c: Config) -> bool:  # the one in force and the leader always fit (the allowance may be below 0 at the start)
             return allowance is None or worst is None or c == current or c == leader or worst(c) <= allowance
@@ -316,7 +322,7 @@ class Search:
             if leader is None or leader == current:
                 return current, f"search: {current} runs on: {why}"
             return leader, f"search: back to the leader {leader}: {why}"
-        if nxt is not None and alive != [leader]:
+        if nxt is not None and not self._over(alive, leader, need):
             if nxt == current:
                 return current, f"search: {current} measured again ({n(current):g} of {self.windows} windows)"
             return nxt, (f"search: measuring {nxt} ({n(nxt):g} of {self.windows} windows; {len(alive)} of "

@@ -216,16 +216,8 @@ def test_what_a_race_measured_out_is_not_raced_again_when_conditions_change():
 
 def test_after_a_change_the_tuner_neither_races_nor_tries_what_the_last_regime_measured_out(fresh_net):
     t = AutoByteTuner(fresh_net, background=False, adapt=False)
-    cur, w, ran = t.start(SPACE, START), 0, []
-    for cluster, n in ((sim.Cluster.from_gbps(4, 5.0, "ps"), 40), (sim.Cluster.from_gbps(4, 2.0, "ps"), 12)):
-        ran.append([])
-        for k in range(n):
-            res = sim.simulate(sim.get_model("resnet50"), cluster, cur, n_iters=2, seed=w)
-            d = t.observe(Observation(w * 10, cur, float(res.features().speed.sum()), res.features(),
-                                      regime_changed=(w > 0 and k == 0)))
-            cur = d.config if d is not None else cur
-            ran[-1].append(cur)
-            w += 1
+    ran, _ = _run(t, t.start(SPACE, START), [(sim.Cluster.from_gbps(4, 5.0, "ps"), 40, 1.0),
+                                              (sim.Cluster.from_gbps(4, 2.0, "ps"), 12, 1.0)])
     first, second = t.ledger.regimes[0], t.ledger.current
     out = t.search.carried_out([first])
     assert first.shortlist and out  # the first race measured some candidates out ...
