@@ -29,6 +29,10 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   conditions expected to last too, one-window trials of the network's choices and moves on one window.
 * ``autobyte-fresh-races``: AutoByte that starts afresh in new conditions: what the last regime measured out is raced
   and tried again (the tuner's skip without :meth:`~autobyte.meta._search.Search.carried_out`).
+* ``autobyte-race-every-regime``: AutoByte whose ended races reopen on drift and whose new conditions race afresh.
+* ``autobyte-race-afresh-after-unfinished``: AutoByte that carries only ended races across a change: a race the
+  conditions ended first is not carried, and the next conditions race a full shortlist
+  (:meth:`~autobyte.meta._search.Search.decided` without unfinished races' leaders).
 * ``autobyte-instant-changes``: the controller's detector without ``confirm``: a speed change within twice its
   threshold, or a step inside a check, counts at once, not after the next check confirms it.
 * ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
@@ -51,6 +55,7 @@ from autobyte.core.tuners import register_tuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
 from autobyte.meta import AutoByteTuner, JobHistory
 from autobyte.meta._scorer import Scorer
+from autobyte.meta._search import Search
 
 
 # ------------------------------------------------------------------ AutoByte without one of its policies
@@ -104,6 +109,24 @@ class RaceEveryRegime(AutoByteTuner):
 
 
 register_tuner("autobyte-race-every-regime", RaceEveryRegime)
+
+
+class WinnersOnly(Search):
+    """A search that carries only ended races across a change of conditions."""
+
+    def decided(self, regimes: Any) -> list[Config]:
+        return [r.winner for r in regimes if r.winner is not None]
+
+
+class RaceAfreshAfterUnfinished(AutoByteTuner):
+    """AutoByte whose race, when conditions change before it ended, is not carried: the new conditions race a full
+    shortlist afresh until a race has ended somewhere."""
+
+    def _new_search(self) -> Any:
+        return WinnersOnly(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
+
+
+register_tuner("autobyte-race-afresh-after-unfinished", RaceAfreshAfterUnfinished)
 
 
 class InstantChanges(AutoByteTuner):

@@ -170,6 +170,29 @@ class Search:
                 return {c for c in cands if c in r.measured and c not in alive}
         return set()
 
+    def decided(self, regimes: Sequence[Regime]) -> list[Config]:
+        """What the races of ``regimes`` (most recent first) found, most recent first, each once: a race's winner
+        where it ended, and where its conditions ended before it did, its leader once two of its candidates were
+        measured.
+
+        A race of six to eight candidates needs 150-240 iterations, more than a
+        phase of 200 leaves after the search waits for its first 50 (on a
+        parameter server whose link stepped every 200 iterations the first race
+        never ended, in two runs, and every later phase raced afresh: 0.952x
+        hindsight, docs/benchmarks.md 2.17). Its standing when the conditions
+        changed is what the job knows of the ranking, and a ranking outlives its
+        conditions, so the race that follows is its leader against the start
+        (``narrow`` :meth:`shortlist`), as after one that ended.
+        """
+        out: list[Config] = []
+        for r in regimes:
+            c = r.winner
+            if c is None and r.shortlist is not None and sum(k in r.measured for k in self._entrants(r.shortlist, r.measured)) >= 2:
+                c = self.leader(r.shortlist, r.measured)
+            if c is not None and c not in out:
+                out.append(c)
+        return out
+
     @staticmethod
     def _class(c: Config, space: SearchSpace, equivalence: Equivalence | None) -> Any:
         return equivalence.of(c) if equivalence is not None and c in space else (c.partition_bytes, c.credit_bytes)

@@ -275,8 +275,44 @@ def test_after_a_race_ended_new_conditions_race_its_winner_against_the_start_alo
     first, second = t.ledger.regimes[0], t.ledger.current
     assert first.winner is not None and second is not first
     assert second.shortlist is not None and set(second.shortlist) <= {first.winner, START, ran[1][0]}
-    assert f"a race decided {first.winner} in other conditions" in caplog.text
+    assert f"a race in other conditions found {first.winner}" in caplog.text
     assert second.winner in second.shortlist or second.winner in second.measured  # that race ended too
+
+
+def test_what_races_found_is_each_winner_or_an_unfinished_races_leader_once_two_were_measured():
+    s = Search(noise=0.03)
+    a, b, c = cfg(MiB, 4), cfg(4 * MiB, 4), cfg(16 * MiB, 4)
+    ended = Regime(1, {a: [100.0, 3.0, 5.0], b: [90.0, 1.0, 3.0]}, windows=4, shortlist=[b, a], winner=a)
+    unfinished = Regime(2, {b: [100.0, 1.0, 5.0], c: [95.0, 1.0, 3.0]}, windows=2, shortlist=[b, c, a])
+    one = Regime(3, {c: [100.0, 1.0, 5.0]}, windows=1, shortlist=[c, a])  # its race measured one candidate: no standing
+    no_race = Regime(4, {c: [120.0, 2.0, 5.0], a: [90.0, 1.0, 3.0]}, windows=3)  # conditions too short to race in
+    assert s.decided([no_race, one, unfinished, ended]) == [b, a]
+    assert s.decided([ended, Regime(5, {a: [99.0, 1.0, 1.0], b: [80.0, 1.0, 2.0]}, windows=2, shortlist=[a, b])]) == [a]
+    assert s.decided([no_race, one]) == []
+
+
+def test_a_race_that_conditions_ended_first_is_carried_its_leader_raced_against_the_start_alone(fresh_net, caplog):
+    t = AutoByteTuner(fresh_net, background=False, adapt=False)
+    cur = t.start(SPACE, START)
+    # a flat landscape: every configuration within 2% of the others, so the race keeps its candidates for 3 windows
+    # each and the link's change at window 16 comes first
+    flat = {c: 1.0 + 0.02 * ((c.partition_bytes // KiB + c.credit_bytes // KiB) % 7) / 6 for c in SPACE}
+    ran = []
+    with caplog.at_level("INFO", logger="autobyte.meta"):
+        for w, gbps in enumerate([5.0] * 16 + [2.0] * 20):
+            res = sim.simulate(sim.get_model("resnet50"), sim.Cluster.from_gbps(4, gbps, "ps"), START, n_iters=2, seed=w)
+            d = t.observe(Observation(w * 10, cur, 100.0 * gbps * flat.get(cur, 1.0), res.features(), regime_changed=w == 16))
+            ran.append(cur)
+            cur = d.config if d is not None else cur
+    first, second = t.ledger.regimes[0], t.ledger.current
+    assert second is not first and first.shortlist is not None and first.winner is None  # the change came first
+    assert len(first.shortlist) >= 4
+    leader = t.search.leader(first.shortlist, first.measured)
+    assert leader is not None
+    # the configuration in force when the race began here, then the unfinished race's leader and the start alone
+    assert second.shortlist is not None and second.shortlist[0] == ran[second.started // 10]
+    assert set(second.shortlist[1:]) <= {leader, START}
+    assert f"a race in other conditions found {leader}" in caplog.text
 
 
 def test_from_the_window_a_race_ends_only_its_hold_and_leaps_decide(fresh_net):
