@@ -33,6 +33,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
 * ``autobyte-race-afresh-after-unfinished``: AutoByte that carries only ended races across a change: a race the
   conditions ended first is not carried, and the next conditions race a full shortlist
   (:meth:`~autobyte.meta._search.Search.decided` without unfinished races' leaders).
+* ``autobyte-trials-straddle``: AutoByte whose explorer values a trial as if its window always ended in the conditions
+  it starts in (:class:`~autobyte.meta._explorer.Explorer` without ``left``).
 * ``autobyte-instant-changes``: the controller's detector without ``confirm``: a speed change within twice its
   threshold, or a step inside a check, counts at once, not after the next check confirms it.
 * ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
@@ -54,6 +56,7 @@ from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuners import register_tuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
 from autobyte.meta import AutoByteTuner, JobHistory
+from autobyte.meta._explorer import Explorer
 from autobyte.meta._scorer import Scorer
 from autobyte.meta._search import Search
 
@@ -127,6 +130,24 @@ class RaceAfreshAfterUnfinished(AutoByteTuner):
 
 
 register_tuner("autobyte-race-afresh-after-unfinished", RaceAfreshAfterUnfinished)
+
+
+class StraddlingExplorer(Explorer):
+    """An explorer that values a trial as if its window always ended inside the conditions it starts in."""
+
+    def propose(self, *args: Any, left: float | None = None, **kwargs: Any) -> Any:
+        return super().propose(*args, **kwargs)
+
+
+class TrialsStraddle(AutoByteTuner):
+    """AutoByte whose explorer ignores how long the conditions are expected to last this time (``left``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.explorer = StraddlingExplorer(**vars(self.explorer))
+
+
+register_tuner("autobyte-trials-straddle", TrialsStraddle)
 
 
 class InstantChanges(AutoByteTuner):

@@ -85,7 +85,8 @@ class Explorer:
     def propose(self, space: SearchSpace, cands: np.ndarray, predicted: np.ndarray, measured: dict[Config, float],
                 current: Config, speed: float, sigma: float, horizon: float, allowance: float | None,
                 misses: int = 0, equivalence: Equivalence | None = None, downside: float = 0.0,
-                spread: float | None = None, skip: Collection[Config] = ()) -> tuple[Config, str] | None:
+                spread: float | None = None, skip: Collection[Config] = (),
+                left: float | None = None) -> tuple[Config, str] | None:
         """The candidate to try next, with the reason, or ``None`` (no trial pays).
 
         ``misses``: trials in a row in this regime that found nothing faster;
@@ -118,12 +119,26 @@ class Explorer:
         (those past jobs on this cluster measured slower than the start,
         :meth:`~autobyte.meta.JobHistory.plan`); they still count as
         unmeasured for distances and for their schedule's class.
+        ``left``: iterations these conditions are expected to last from now,
+        this occurrence (:meth:`~autobyte.meta._ledger.Ledger.left`; ``None``:
+        unknown). A trial finds something only if its window ends inside
+        them: one that mixes two sets of conditions is dropped, while it has
+        run a configuration the job may never have measured in the conditions
+        that follow (on links that stepped every 20-25 iterations, trials
+        that straddled a change ran 3-8x slower than predicted:
+        docs/benchmarks.md 2.1 and 2.4). The expected gain is taken times
+        the chance of that, ``max(0, 1 - trial_iters / left)``: the
+        conditions' end equally likely anywhere in the iterations they are
+        expected to have left, which the ledger counts from the change's
+        detection, a window or two after the change itself.
 
         Raises:
-            ValueError: ``spread`` not in (0, 10].
+            ValueError: ``spread`` not in (0, 10], or ``left`` not in [0, 1e12].
         """
         if spread is not None:
             _check_range("spread", spread, 1e-6, 10.0)
+        if left is not None:
+            _check_range("left", left, 0.0, 1e12)
         if not measured or misses >= self.max_misses:
             return None
         sigma = min(sigma, self.max_sigma)  # beyond it the predictor ranks no better than chance; misses stop the search
@@ -170,7 +185,8 @@ class Explorer:
             cut = _log_below(mu_cost, s, np.minimum(line, 0.0))  # the expected slowdown with the truth below the line
             cost = cost - (self.trial_iters - self.abort_iters) * np.maximum(cut, 0.0)
             iters = np.where(low < best_known * (1.0 - self.abort_margin), float(self.abort_iters), iters)
-        value = ei * horizon - cost
+        inside = 1.0 if left is None else max(0.0, 1.0 - self.trial_iters / max(left, 1e-9))  # the window ends in these conditions
+        value = ei * horizon * inside - cost
         if allowance is not None:  # the trial's cost if the truth is one sigma below the prediction
             worst = iters * (speed / low - 1.0)
             free &= worst <= allowance
@@ -181,8 +197,9 @@ class Explorer:
         cfg = space[k]
         shrunk = "" if spread is None else f", its gain shrunk to the {100 * spread:.1f}% scale of what this job's trials found"
         return cfg, (f"explore: {cfg} predicted {predicted[k]:.1f} samples/s (best measured {best_known:.1f}, "
-                     f"error {100 * s[k]:.0f}%{shrunk}): expected gain {ei[k] * horizon:.2f} iterations over {horizon:.0f} "
-                     f"left in these conditions, expected cost {cost[k]:.2f}")
+                     f"error {100 * s[k]:.0f}%{shrunk}): expected gain {ei[k] * horizon * inside:.2f} iterations over {horizon:.0f} "
+                     f"left in these conditions{'' if inside == 1.0 else f' (its window ends in them with chance {inside:.2f})'}, "
+                     f"expected cost {cost[k]:.2f}")
 
 
 class TrialRecord:

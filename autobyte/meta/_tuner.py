@@ -316,10 +316,9 @@ class AutoByteTuner(Tuner):
         probe = self._probe(obs, sc) if obs.regime_changed else None
         if probe is not None:
             return probe
-        if self.explore:
-            tried = self._explore(obs, sc, regime, measured, horizon)
-            if tried is not None:
-                return tried
+        tried = self._explore(obs, sc, regime, measured, horizon) if self.explore else None
+        if tried is not None:
+            return tried
         if _log.isEnabledFor(logging.DEBUG):
             best = max(measured, key=measured.__getitem__)
             _log.debug("autobyte: window %d keeps %s at %.1f samples/s: fastest measured here %s (%.1f), %d measured, "
@@ -357,7 +356,8 @@ class AutoByteTuner(Tuner):
         trial_cfg = self.explorer.propose(self.space, self.scorer.cands, sc.predicted, measured, obs.config, obs.speed,
                                           self.scorer.sigma(), horizon, obs.harm_allowance, regime.misses,
                                           self.scorer.equivalence, self.scorer.downside(),
-                                          self.trial_record.spread(self.shrink), skip=self._carried(regime))
+                                          self.trial_record.spread(self.shrink), skip=self._carried(regime),
+                                          left=self.ledger.left(obs.iteration))
         if trial_cfg is None:
             return None
         predicted = float(sc.predicted[self.space.index(trial_cfg[0])])

@@ -184,6 +184,37 @@ def test_explorer_rejects_a_bad_spread(kw, message):
                            None, 0, **kw)
 
 
+def test_explorer_counts_a_gain_only_where_the_trials_window_ends_in_these_conditions():
+    # B predicted 20% faster: tried while the conditions are expected to last, its gain taken times the chance that
+    # its 12 iterations end inside them (1 - 12 / left); with 12 or fewer left, a trial finds nothing it can keep
+    pred, measured = [100.0, 120.0, 104.0, 90.0], {A: 100.0}
+
+    def explore(left):
+        return Explorer().propose(SPACE, SPACE.to_array(), np.asarray(pred), measured, A, 100.0, 0.05, 200.0, None,
+                                  left=left)
+
+    full, part = explore(None), explore(30.0)
+    assert full is not None and part is not None and full[0] == part[0] == B
+    assert _gain(part[1]) == pytest.approx(0.6 * _gain(full[1]), abs=0.01)
+    assert "its window ends in them with chance 0.60" in part[1] and "chance" not in full[1]
+    assert explore(500.0) is not None
+    assert explore(12.0) is None and explore(0.0) is None
+    # a small gain that pays for its trial's cost when the window is sure to be kept, not with a chance of 0.25
+
+    def small(left):
+        return Explorer().propose(SPACE, SPACE.to_array(), np.asarray([100.0, 101.0, 90.0, 90.0]), measured, A, 100.0,
+                                  0.01, 5.0, None, left=left)
+
+    assert small(None) is not None and small(16.0) is None
+
+
+@pytest.mark.parametrize("left", [-1.0, float("nan"), float("inf")])
+def test_explorer_rejects_a_bad_left(left):
+    with pytest.raises(ValueError, match=re.escape("left must be a number in [0, 1e+12]")):
+        Explorer().propose(SPACE, SPACE.to_array(), np.asarray([100.0, 106.0, 60.0, 60.0]), {A: 100.0}, A, 100.0, 0.05,
+                           20.0, None, left=left)
+
+
 def test_explorer_rejects_a_bad_gain_floor():
     with pytest.raises(ValueError, match=re.escape("gain_floor must be a number in [0, 1], but got gain_floor=-0.1")):
         Explorer(gain_floor=-0.1)
