@@ -238,7 +238,7 @@ class Screen:
 
     def propose(self, space: SearchSpace, cands: Any, predicted: Any, measured: dict[Config, float], current: Config,
                 speed: float, sigma: float, horizon: float, allowance: float | None, misses: int = 0,
-                equivalence: Any = None, *rest: Any, skip: Any = ()) -> tuple[Config, str] | None:
+                equivalence: Any = None, *rest: Any, skip: Any = (), left: float | None = None) -> tuple[Config, str] | None:
         same = set() if equivalence is None else {equivalence.of(c) for c in [*measured, current]}
         pending = [] if horizon <= self.inner.trial_iters else self.pattern  # no room for a trial here
         for cfg in pending:
@@ -248,7 +248,7 @@ class Screen:
                          f"conditions whatever the prediction ({predicted[space.index(cfg)]:.1f} samples/s; "
                          f"best measured {max(measured.values()):.1f})")
         return self.inner.propose(space, cands, predicted, measured, current, speed, sigma, horizon, allowance,
-                                  misses, equivalence, *rest, skip=skip)
+                                  misses, equivalence, *rest, skip=skip, left=left)
 
 
 class Screened(AutoByteTuner):
