@@ -187,7 +187,7 @@ class Search:
         out: list[Config] = []
         for r in regimes:
             c = r.winner
-            if c is None and r.shortlist is not None and sum(k in r.measured for k in self._entrants(r.shortlist, r.measured)) >= 2:
+            if c is None and r.shortlist is not None and len(r.measured) >= 2:  # every configuration measured there is an entrant
                 c = self.leader(r.shortlist, r.measured)
             if c is not None and c not in out:
                 out.append(c)
