@@ -447,23 +447,29 @@ def _suites() -> dict[str, Suite]:
                  "DenseNet-121 emulated at V100 speed / 2 on MXNet dist_sync; 3 iterations at 2000 Mbit/s, then 3 at "
                  "1000 Mbit/s with both workers 2x slower", 2.0, arch="ps"),
     )
-    from ._realistic import realistic_scenarios  # its scenarios are built from this module's classes
+    from ._realistic import realistic_long_scenarios, realistic_scenarios  # built from this module's classes
 
     realistic, realistic_heldout = realistic_scenarios()
     return {
         "full": Suite("full", full, repeats=2, about="6 scenarios (4 tune, 2 held out), the 15-config grid, BO 200 iterations"),
         "realistic": Suite("realistic", realistic, grid_iters=8, grid_warmup=2, repeats=2,
-                           about="16 scenarios of 800 iterations, phases of 200, in four fours, each judged once and "
-                                 "then read to design the tuner (its search; the detector's confirmation of speed "
-                                 "changes; of steps; the guard's measurement of the start): tune. Steady at 1000, 600, "
-                                 "3000 and 2000 Mbit/s; parameter servers; emulated DenseNet-121 and -169; the compute "
+                           about="20 scenarios of 800 iterations, phases of 200, in four fours, three of a fifth and "
+                                 "one of a sixth, each judged once and then read to design the tuner (its search; the "
+                                 "detector's confirmation of speed changes; of steps; the guard's measurement of the "
+                                 "start; the hold of an ended race; the carrying of an unfinished one): tune. Steady at "
+                                 "1000, 600, 3000, 2000 and 1500 Mbit/s; parameter servers; emulated DenseNet-121 and -169; the compute "
                                  "changing. The 15-config grid (8 measured iterations after 2 warm-up); about an hour "
                                  "per four for 3 methods"),
         "realistic-heldout": Suite("realistic-heldout", realistic_heldout, grid_iters=8, grid_warmup=2, repeats=2,
-                                   about="4 held-out scenarios of 800 iterations, phases of 200 (steady at batch 24; "
-                                         "a parameter server whose link falls in steps; emulated DenseNet-169 at batch "
-                                         "16 on falling links; every worker's compute, then the link, then one "
-                                         "worker's), written before any run, for judging; the 15-config grid"),
+                                   about="4 held-out scenarios of 800 iterations, phases of 200 (steady at batch 12; "
+                                         "a parameter server whose link doubles, dips and comes back; emulated "
+                                         "DenseNet-169 at batch 16 on falling links; the link halved, then every "
+                                         "worker's compute, then both), written before any run, for judging; the 15-config grid"),
+        "realistic-long": Suite("realistic-long", realistic_long_scenarios(), grid_iters=8, grid_warmup=2, repeats=2,
+                                about="2 held-out scenarios of 1800 iterations, phases of 600 (a parameter server whose "
+                                      "link falls and comes back; the link halved, then back with every worker's compute "
+                                      "2x slower), written before any run, for judging: does the tuner pay on longer "
+                                      "jobs; the 15-config grid"),
         "quick": Suite("quick", quick, partitions=(256 * KiB, 4 * MiB), credits=(1, 4), grid_iters=6, grid_warmup=2,
                        bo_iters=120, window_iters=5, repeats=2, about="2 short scenarios, 4-config grid, a few minutes"),
         "readme": Suite("readme", readme, repeats=3, about="the README's scenario (`autobyte bench --low-mbit 500`), 3 repeats, "

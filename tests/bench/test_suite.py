@@ -99,7 +99,7 @@ def test_phase_rejects_bad_values():
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"suite": "nightly"}, "suite must be one of full, realistic, realistic-heldout, quick, readme, long, steady, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got suite='nightly'"),
+    ({"suite": "nightly"}, "suite must be one of full, realistic, realistic-heldout, realistic-long, quick, readme, long, steady, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got suite='nightly'"),
     ({"repeats": 0}, "repeats must be a positive integer, but got repeats=0"),
     ({"methods": ["ddp", "magic"]}, "methods must each be one of ddp, bytescheduler, bo, hindsight, oracle, autobyte or "
                                     "tuner:NAME with NAME one of .*, but got 'magic'"),
@@ -431,7 +431,7 @@ def test_suite_summary_geomeans_per_tag_and_table(tmp_path):
 # -- the command line ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "--suite", "nightly"], "--suite must be one of full, realistic, realistic-heldout, quick, readme, long, steady, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got --suite='nightly'."),
+    (["bench", "--suite", "nightly"], "--suite must be one of full, realistic, realistic-heldout, realistic-long, quick, readme, long, steady, smoke, paper, paper-ps, ps-smoke, emu-smoke, but got --suite='nightly'."),
     (["bench", "--suite", "quick", "--methods", "ddp,tuner:nosuch"], "or tuner:NAME with NAME one of autobyte, bo, grid, static, but got 'tuner:nosuch'"),
     (["bench", "--suite", "quick", "--methods", "ddp,magic"], "('magic' unknown). With --suite, also hindsight"),
     (["bench", "--suite", "quick", "--import", "no_such_module_x"],

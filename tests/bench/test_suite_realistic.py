@@ -55,6 +55,26 @@ def test_the_held_out_realistic_suite_trains_a_model_the_meta_network_never_trai
     assert all(names.count(sc.name) == 1 for sc in held)
 
 
+def test_the_long_realistic_suite_holds_conditions_for_minutes_and_is_held_out():
+    suite = SUITES["realistic-long"]
+    scs = suite.scenarios
+    assert len(scs) == 2 and suite.repeats == 2 and suite.grid() == SUITES["full"].grid()
+    assert all(sc.tag == "heldout" for sc in scs)  # written for judging: nobody tunes on it
+    # longer than every `realistic` job, conditions held three times as long
+    assert all(sc.iters >= 1800 and all(p.iters >= 600 for p in sc.phases) for sc in scs)
+    assert min(sc.iters for sc in scs) > max(sc.iters for sc in SUITES["realistic"].scenarios)
+    assert any(sc.arch == "ps" and len(sc.conditions()) > 1 for sc in scs)
+    assert any(sc.phases[0].condition == sc.phases[-1].condition for sc in scs)  # conditions seen first return
+    assert any(c.slowdown > 1.0 and c.slow_ranks == (0, 1) for sc in scs for c in sc.conditions())
+    tuned = {(sc.model_key, tuple(p.condition for p in sc.phases)) for s in SUITES.values() for sc in s.scenarios
+             if sc.tag == "tune"}
+    assert all((sc.model_key, tuple(p.condition for p in sc.phases)) not in tuned for sc in scs)
+    names = [sc.name for s in SUITES.values() for sc in s.scenarios]
+    assert all(names.count(sc.name) == 1 for sc in scs)
+    n_grids = len({(sc.model_key, sc.entered_from(c), c) for sc in scs for c in sc.conditions()})
+    assert n_grids * (len(suite.grid()) * (suite.grid_iters + suite.grid_warmup) + 1) < 0.1 * 3 * 2 * sum(sc.iters for sc in scs)
+
+
 # -- grids after the trace's transitions ----------------------------------------------------------
 
 def test_a_condition_is_entered_from_the_condition_before_most_of_its_iterations():
