@@ -1,4 +1,4 @@
-"""The `realistic` suites' scenarios (issue 43): jobs of 800 iterations whose conditions hold for 200 or more.
+"""The `realistic` suites' scenarios (issue 43): jobs of 800 iterations or more whose conditions hold for 200 or more.
 
 Four fours, three of a fifth and one of a sixth judged as held out and then read to design the tuner (`realistic`, tagged ``tune``), the four
 that judge it now (`realistic-heldout`), and two jobs of 1800 iterations whose conditions hold for 600 (`realistic-long`,

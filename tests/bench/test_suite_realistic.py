@@ -21,6 +21,22 @@ FAST, SLOW = Condition(2000), Condition(200)
 
 # -- the suite ------------------------------------------------------------------------------------
 
+def _grid_iterations(suite: Suite) -> int:
+    """The iterations a suite's grids run: one grid per distinct model and condition (entered from the one before)."""
+    scs = suite.scenarios
+    n_grids = len({(sc.model_key, sc.entered_from(c), c) for sc in scs for c in sc.conditions()})
+    return n_grids * (len(suite.grid()) * (suite.grid_iters + suite.grid_warmup) + 1)
+
+
+def _assert_new_and_named_once(held) -> None:
+    """No held-out scenario repeats a tuning scenario's model, batch and condition sequence, or another's name."""
+    tuned = {(sc.model_key, tuple(p.condition for p in sc.phases)) for s in SUITES.values() for sc in s.scenarios
+             if sc.tag == "tune"}
+    assert all((sc.model_key, tuple(p.condition for p in sc.phases)) not in tuned for sc in held)
+    names = [sc.name for s in SUITES.values() for sc in s.scenarios]
+    assert all(names.count(sc.name) == 1 for sc in held)
+
+
 @pytest.mark.parametrize("name,tag", [("realistic", "tune"), ("realistic-heldout", "heldout")])
 def test_realistic_suites_hold_the_issues_constraints(name, tag):
     suite = SUITES[name]
@@ -35,9 +51,7 @@ def test_realistic_suites_hold_the_issues_constraints(name, tag):
     assert any(c.slowdown > 1.0 and c.slow_ranks == (0, 1) for sc in scs for c in sc.conditions())  # the compute changes
     # sized to run bytescheduler, hindsight and autobyte twice in about an hour per four scenarios on 2 cores: the
     # grids' iterations (one grid per distinct model and condition) are a few percent of the runs'
-    n_grids = len({(sc.model_key, sc.entered_from(c), c) for sc in scs for c in sc.conditions()})
-    grid_iters = n_grids * (len(suite.grid()) * (suite.grid_iters + suite.grid_warmup) + 1)
-    assert grid_iters < 0.1 * 3 * suite.repeats * sum(sc.iters for sc in scs)
+    assert _grid_iterations(suite) < 0.1 * 3 * suite.repeats * sum(sc.iters for sc in scs)
 
 
 def test_the_held_out_realistic_suite_trains_a_model_the_meta_network_never_trained_on_in_new_conditions():
@@ -47,12 +61,7 @@ def test_the_held_out_realistic_suite_trains_a_model_the_meta_network_never_trai
     # a model the meta-network never trained on (a `tune` scenario trains it too, at another batch and other links:
     # the held-out models no tuning scenario trains run 0.9 s and more per iteration on this host)
     assert any(sc.model.startswith("emu:") and sc.model[4:] in HELDOUT_MODELS for sc in held)
-    # no held-out scenario repeats a tuning scenario's model, batch and condition sequence
-    tuned = {(sc.model_key, tuple(p.condition for p in sc.phases)) for s in SUITES.values() for sc in s.scenarios
-             if sc.tag == "tune"}
-    assert all((sc.model_key, tuple(p.condition for p in sc.phases)) not in tuned for sc in held)
-    names = [sc.name for s in SUITES.values() for sc in s.scenarios]
-    assert all(names.count(sc.name) == 1 for sc in held)
+    _assert_new_and_named_once(held)
 
 
 def test_the_long_realistic_suite_holds_conditions_for_minutes_and_is_held_out():
@@ -66,13 +75,8 @@ def test_the_long_realistic_suite_holds_conditions_for_minutes_and_is_held_out()
     assert any(sc.arch == "ps" and len(sc.conditions()) > 1 for sc in scs)
     assert any(sc.phases[0].condition == sc.phases[-1].condition for sc in scs)  # conditions seen first return
     assert any(c.slowdown > 1.0 and c.slow_ranks == (0, 1) for sc in scs for c in sc.conditions())
-    tuned = {(sc.model_key, tuple(p.condition for p in sc.phases)) for s in SUITES.values() for sc in s.scenarios
-             if sc.tag == "tune"}
-    assert all((sc.model_key, tuple(p.condition for p in sc.phases)) not in tuned for sc in scs)
-    names = [sc.name for s in SUITES.values() for sc in s.scenarios]
-    assert all(names.count(sc.name) == 1 for sc in scs)
-    n_grids = len({(sc.model_key, sc.entered_from(c), c) for sc in scs for c in sc.conditions()})
-    assert n_grids * (len(suite.grid()) * (suite.grid_iters + suite.grid_warmup) + 1) < 0.1 * 3 * 2 * sum(sc.iters for sc in scs)
+    _assert_new_and_named_once(scs)
+    assert _grid_iterations(suite) < 0.1 * 3 * suite.repeats * sum(sc.iters for sc in scs)
 
 
 # -- grids after the trace's transitions ----------------------------------------------------------
