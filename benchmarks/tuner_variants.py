@@ -41,6 +41,9 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   conditions seen at another configuration and never runs the start to measure it (``guard_measure_after=None``).
 * ``autobyte-last-window-reference``: the controller's do-no-harm guard takes the start's last window alone for its
   reference (``guard_reference_iters=1``), not the mean of its windows over the guard's span.
+* ``autobyte-guard-trips-on-suspicion``: the controller's do-no-harm guard counts a check's cost, and may send the run
+  back to the start, at a check whose change of conditions the detector waits to confirm (the move leaves the
+  suspicion unjudged), not one check later once it is judged.
 * ``static-<P>m-<K>x``: static at partition ``P`` MiB, credit ``K`` partitions, in one continuous run;
   ``switch-<P>m-<K>x``: starts at the default and switches there once, at the first window (what a
   reconfiguration costs later on).
@@ -52,6 +55,7 @@ import functools
 import os
 from typing import Any, Callable
 
+from autobyte.core.regime import HarmGuard
 from autobyte.core.space import Config, SearchSpace
 from autobyte.core.tuners import register_tuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
@@ -166,6 +170,23 @@ class CarriedReference(AutoByteTuner):
 
 
 register_tuner("autobyte-carried-reference", CarriedReference)
+
+
+class _GuardTripsOnSuspicion(HarmGuard):
+    """The do-no-harm guard that does not wait for the detector: a suspected check counts, and trips, at once."""
+
+    def record(self, iteration: int, config: Config, speed: float, n_iters: int, changed: bool,
+               unjudged: bool = False) -> None:
+        super().record(iteration, config, speed, n_iters, changed)
+
+
+class GuardTripsOnSuspicion(AutoByteTuner):
+    """AutoByte whose controller's guard may trip at a check the detector holds as a suspected change."""
+
+    guard_type = _GuardTripsOnSuspicion
+
+
+register_tuner("autobyte-guard-trips-on-suspicion", GuardTripsOnSuspicion)
 
 
 class LastWindowReference(AutoByteTuner):

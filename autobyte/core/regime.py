@@ -384,10 +384,26 @@ class HarmGuard:
         self._speeds: dict[Config, float] = {}  # last speed of each configuration in the current conditions
         self._starts: deque[tuple[int, float]] = deque()  # (iterations, speed) of the start's windows in these conditions
         self._tripped: tuple[Config, float] | None = None  # the config and speed the last trip left
+        self._unjudged: tuple[int, Config, float, int] | None = None  # a check the detector has yet to judge
         self.trips = 0
 
-    def record(self, iteration: int, config: Config, speed: float, n_iters: int, changed: bool) -> None:
-        """A window of ``n_iters`` iterations ending at ``iteration`` ran ``config`` at ``speed``."""
+    def record(self, iteration: int, config: Config, speed: float, n_iters: int, changed: bool,
+               unjudged: bool = False) -> None:
+        """A window of ``n_iters`` iterations ending at ``iteration`` ran ``config`` at ``speed``.
+
+        ``unjudged``: the detector waits for the next check to judge whether
+        this one shows a change of conditions. The guard waits with it: the
+        check is kept aside, and :meth:`trip` does not fire, until the next
+        record; a confirmed change drops it (its slowdown was the
+        conditions', and the reference is carried from the speed before it),
+        noise counts it as any other window.
+        """
+        if unjudged:
+            self._unjudged = (iteration, config, speed, n_iters)
+            return
+        held, self._unjudged = self._unjudged, None
+        if held is not None and not changed and held[1] == config:
+            self.record(*held, False)
         if changed:
             # costs so far were counted against the old conditions' reference, and a
             # hold may have come from a change taken for a bad move: start afresh
@@ -436,7 +452,7 @@ class HarmGuard:
 
     def trip(self, iteration: int, current: Config) -> str | None:
         """The reason to go back to the starting configuration now, or ``None``."""
-        if current == self.initial or self.allowance() >= 0:
+        if current == self.initial or self._unjudged is not None or self.allowance() >= 0:
             return None
         lost = self.cost()
         self.trips += 1
@@ -461,7 +477,9 @@ class HarmGuard:
                 "carried_since": self.carried_since, "measures": self.measures,
                 "last": None if self._last is None else _cfg(self._last[0]) + [self._last[1]], "trips": self.trips,
                 "speeds": [_cfg(c) + [v] for c, v in self._speeds.items()], "starts": [list(w) for w in self._starts],
-                "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]]}
+                "tripped": None if self._tripped is None else _cfg(self._tripped[0]) + [self._tripped[1]],
+                "unjudged": None if self._unjudged is None else _cfg(self._unjudged[1]) + [self._unjudged[2], self._unjudged[3],
+                                                                                           self._unjudged[0]]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "reference" in state:
@@ -483,3 +501,10 @@ class HarmGuard:
         if "tripped" in state:
             t = state["tripped"]
             self._tripped = None if t is None else _one(t)
+        if "unjudged" in state:
+            u = state["unjudged"]
+            if u is None:
+                self._unjudged = None
+            else:
+                cfg, (speed, n, it) = _row(u)
+                self._unjudged = (int(it), cfg, speed, int(n))

@@ -116,6 +116,9 @@ class Tuner(abc.ABC):
     #: the start's last iterations in these conditions whose windows the controller's do-no-harm guard averages
     #: for its reference (:class:`~autobyte.core.regime.HarmGuard` ``reference_iters``); ``None`` (default): its span
     guard_reference_iters: int | None = None
+    #: the do-no-harm guard the controller runs this tuner under (:class:`~autobyte.core.regime.HarmGuard`, or a
+    #: subclass that experiments with its rules)
+    guard_type: type[HarmGuard] = HarmGuard
     #: whether the tuner chooses the wire's precision (:class:`~autobyte.core.wire.WireTuner`); ``False``
     #: (default): the job holds it and the tuner sees every configuration at ``"fp32"``
     #: (:class:`~autobyte.core.window.WindowCoordinator` ``wire``)
@@ -205,7 +208,9 @@ class Controller:
     iterations the tuned run stays within ``harm_budget`` of the speed it
     would have had at ``initial``; past that, the controller sends it back to
     ``initial`` (a decision of its own, reason ``guard: ...``) and keeps it
-    there for ``harm_span`` iterations. The tuner is still told what the
+    there for ``harm_span`` iterations; not at a check whose change the
+    detector waits to confirm (the slowdown may be the conditions', and the
+    move would leave the suspicion unjudged): it judges one check later. The tuner is still told what the
     window measured up to the check where the guard trips (``observe``, with
     ``window_share`` below 1 for a window cut short, and ``regime_changed``
     when that check also shows a change of conditions), so a trial's
@@ -287,7 +292,7 @@ class Controller:
                                        noise_z=getattr(self.tuner, "noise_z", None),
                                        confirm=getattr(self.tuner, "confirm", 2.0)) if rc is not None else None
         check_int("harm_span", self.harm_span)
-        self.guard = None if self.harm_budget is None else HarmGuard(
+        self.guard = None if self.harm_budget is None else getattr(self.tuner, "guard_type", HarmGuard)(
             self.current, self.harm_budget, self.harm_span, getattr(self.tuner, "guard_measure_after", 50),
             getattr(self.tuner, "guard_reference_iters", None))
         if not getattr(self.tuner, "guarded", True):
@@ -352,12 +357,13 @@ class Controller:
         if changed:
             self._pending = []  # iterations of the previous regime
         why = None
-        if guard is not None:
-            guard.record(iteration, self.current, speed, windows[0].n_iters, changed)
-            why = guard.trip(iteration, self.current)
-        self._pending.append(list(windows))
         # a change (of speed, or a step) the detector waits to see confirmed: the window goes on for one more check
         suspect = self.detector is not None and self.detector.suspect is not None
+        if guard is not None:
+            # nor does the guard count it yet (a slowdown of the conditions is no cost of the configuration)
+            guard.record(iteration, self.current, speed, windows[0].n_iters, changed, unjudged=suspect)
+            why = guard.trip(iteration, self.current)
+        self._pending.append(list(windows))
         if why is None and not new_regime and (suspect or sum(p[0].n_iters for p in self._pending) < self.window_iters):
             if not self.tuning or suspect:
                 return None

@@ -58,3 +58,20 @@ def test_the_screen_keeps_its_pattern_across_a_checkpoint(names):
     # (the whole contract runs for the shipped tuner; a shorter run here)
     contract.check_start(lambda: _build("autobyte-screen"))
     contract.check_state_round_trip(lambda: _build("autobyte-screen"), checkpoints=(3,), n_windows=10, min_decisions=3)
+
+
+def test_the_guard_that_trips_on_a_suspicion_is_the_shipped_guard_without_the_wait(names):
+    from autobyte.core import Config, Controller, MiB, SearchSpace, WindowStats
+
+    a, fast = Config(MiB, MiB), Config(2 * MiB, 2 * MiB)
+    ctl = Controller(_REGISTRY["autobyte-guard-trips-on-suspicion"](MetaNetwork.load_default(), background=False),
+                     SearchSpace([a, fast]), a, "allreduce", [1000, 1000], window_iters=10, check_iters=5, warmup_iters=0)
+    assert type(ctl.guard).__name__ == "_GuardTripsOnSuspicion" and AutoByteTuner.guard_type.__name__ == "HarmGuard"
+    ctl.current = fast
+    for it, speed in [(5, 100.0), (10, 100.0)]:  # the guard's reference: the start at 100 (hand-fed, as applied)
+        ctl.guard.record(it, a, speed, 5, False)
+    trips = []
+    for it, speed in [(15, 97.0), (20, 97.0), (25, 78.0)]:  # 78 after 97: the detector's suspicion
+        ctl.decide(it, [WindowStats(5, 0.1, speed, 0.01, (0.001, 0.002), 1000, 2, 0.05, 2e4)])
+        trips.append(ctl.guard.trips)
+    assert ctl.detector.suspect is not None and trips == [0, 0, 1]  # it trips on the suspected check itself

@@ -338,6 +338,50 @@ def test_a_change_seen_at_the_check_where_the_guard_trips_still_reaches_the_tune
     assert entry["held"].startswith(f"guard holds {A}: {Config(MiB, 4 * MiB)} not applied")
 
 
+def test_the_guard_waits_for_the_detector_to_judge_a_suspected_change():
+    g = HarmGuard(A, budget=0.03, span=50)
+    g.record(10, A, 100.0, 10, False)
+    g.record(20, B, 97.0, 10, False)
+    g.record(25, B, 60.0, 5, False, unjudged=True)  # far slower, but the detector has not judged it
+    assert g.cost() == pytest.approx(10 * (100 / 97 - 1)) and g.trip(25, B) is None
+    h = HarmGuard(A)
+    h.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    assert h._unjudged == (25, B, 60.0, 5)
+    g.record(30, B, 60.0, 5, True)  # confirmed: the reference carried from B's speed before the suspicion
+    assert g.reference == pytest.approx(100 * 60 / 97) and g.trip(30, B) is None
+    assert g.cost() == pytest.approx(5 * (100 / 97 - 1))  # the costs before it cleared; B is as far behind as it was
+    h.record(30, B, 97.0, 5, False)  # noise: the held check counts as any other, and the guard trips on it
+    assert h.cost() == pytest.approx(10 * (100 / 97 - 1) + 5 * (100 / 60 - 1) + 5 * (100 / 97 - 1))
+    assert h.trip(30, B) is not None
+
+
+def _suspected(then):
+    """A run moved to ``fast`` (3% slower than the start), whose speed falls 20% at iteration 25 and is ``then`` at 30."""
+    fast = Config(2 * MiB, 2 * MiB)
+    tuner = _Scripted([fast])
+    ctl = Controller(tuner, SearchSpace([A, fast]), A, "allreduce", [1000, 1000],
+                     window_iters=10, check_iters=5, warmup_iters=0)
+    decisions = []
+    for it, speed in [(5, 100.0), (10, 100.0), (15, 97.0), (20, 97.0), (25, 78.0), (30, then)]:
+        d = ctl.decide(it, _check_at(speed))
+        decisions.append(d)
+        if d is not None:
+            ctl.applied(it, d.config)
+    return ctl, tuner, decisions
+
+
+def test_a_guard_trip_waits_while_the_detector_holds_a_suspicion():
+    # 78 after 97 is a suspicion (within twice the detector's threshold), and its cost alone would trip the guard
+    ctl, tuner, decisions = _suspected(78.0)
+    assert decisions[4] is None and ctl.guard.trips == 0  # nothing moves on the suspicion: the detector judges it next
+    assert decisions[5] is None and tuner.seen[-1].iteration == 30 and tuner.seen[-1].regime_changed  # confirmed
+    assert ctl.current.partition_bytes == 2 * MiB and ctl.guard.trips == 0
+    # noise instead: the held check's cost counts, and the guard trips one check later
+    ctl, tuner, decisions = _suspected(97.0)
+    assert decisions[4] is None and decisions[5] is not None and decisions[5].reason.startswith("guard:")
+    assert ctl.guard.trips == 1 and not any(o.regime_changed for o in tuner.seen)
+
+
 def test_a_trial_cut_short_by_the_guard_is_still_measured_by_the_tuner():
     slow = Config(64 * KiB, 64 * KiB)
     tuner = _Scripted([slow, Config(MiB, 4 * MiB)])
