@@ -33,6 +33,9 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
 * ``autobyte-race-afresh-after-unfinished``: AutoByte that carries only ended races across a change: a race the
   conditions ended first is not carried, and the next conditions race a full shortlist
   (:meth:`~autobyte.meta._search.Search.decided` without unfinished races' leaders).
+* ``autobyte-start-apart-from-its-grid-point``: AutoByte whose search lists a configuration outside the grid (the job's
+  start, ByteScheduler's default) and the grid's nearest one, less than half a grid step away, as two candidates
+  (:meth:`~autobyte.meta._search.Search._class` as it was).
 * ``autobyte-trials-straddle``: AutoByte whose explorer values a trial as if its window always ended in the conditions
   it starts in (:class:`~autobyte.meta._explorer.Explorer` without ``left``).
 * ``autobyte-instant-changes``: the controller's detector without ``confirm``: a speed change within twice its
@@ -134,6 +137,25 @@ class RaceAfreshAfterUnfinished(AutoByteTuner):
 
 
 register_tuner("autobyte-race-afresh-after-unfinished", RaceAfreshAfterUnfinished)
+
+
+class GridNeighbourApart(Search):
+    """A search that lists a configuration outside the grid and the grid's nearest one as two candidates."""
+
+    @staticmethod
+    def _class(c: Config, space: SearchSpace, equivalence: Any) -> Any:
+        return equivalence.of(c) if equivalence is not None and c in space else (c.partition_bytes, c.credit_bytes)
+
+
+class StartApartFromItsGridPoint(AutoByteTuner):
+    """AutoByte whose race lists the job's start (ByteScheduler's default, 4,000,000 bytes) and the grid's <4 MiB, 4X>
+    apart, as two candidates."""
+
+    def _new_search(self) -> Any:
+        return GridNeighbourApart(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
+
+
+register_tuner("autobyte-start-apart-from-its-grid-point", StartApartFromItsGridPoint)
 
 
 class StraddlingExplorer(Explorer):

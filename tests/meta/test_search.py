@@ -44,6 +44,20 @@ def test_the_shortlist_snaps_neighbours_into_the_space_and_skips_what_past_jobs_
     assert out == [start, cfg(MiB, 4)]
 
 
+def test_a_configuration_within_half_a_grid_step_of_a_listed_one_is_the_same_candidate():
+    start = Config(4_000_000, 16_000_000)  # ByteScheduler's default: 0.07 of a doubling below <4 MiB, 4X>
+    predicted = np.zeros(len(SPACE))
+    predicted[SPACE.index(cfg(4 * MiB, 4))] = 9.0  # the network's first choice: the start in all but name
+    predicted[SPACE.index(cfg(4 * MiB, 2))] = 5.0
+    out = Search(top=1).shortlist(SPACE, predicted, start, [])
+    assert out == [start, cfg(4 * MiB, 2), cfg(MiB, 4), cfg(16 * MiB, 4)]
+    # from another configuration, the grid's one is listed (the start, outside the grid, never is: it is measured anyway)
+    assert Search(top=1).shortlist(SPACE, predicted, cfg(MiB, 4), [start])[:2] == [cfg(MiB, 4), cfg(4 * MiB, 4)]
+    far = Config(5_500_000, 22_000_000)  # 0.39 of a doubling above 4 MiB: still the same candidate; 6 MiB is not
+    assert cfg(4 * MiB, 4) not in Search(top=1).shortlist(SPACE, predicted, far, [])
+    assert cfg(4 * MiB, 4) in Search(top=1).shortlist(SPACE, predicted, Config(6 * MiB, 24 * MiB), [])
+
+
 def test_a_candidate_slower_than_the_noise_explains_is_out_and_a_close_one_stays():
     s = Search(z=2.0, noise=0.03)
     a, b, c = cfg(MiB, 4), cfg(4 * MiB, 4), cfg(16 * MiB, 4)
