@@ -210,10 +210,11 @@ class Controller:
     ``initial`` (a decision of its own, reason ``guard: ...``) and keeps it
     there for ``harm_span`` iterations; not at a check whose change the
     detector waits to confirm (the slowdown may be the conditions', and the
-    move would leave the suspicion unjudged): it judges one check later. The tuner is still told what the
-    window measured up to the check where the guard trips (``observe``, with
-    ``window_share`` below 1 for a window cut short, and ``regime_changed``
-    when that check also shows a change of conditions), so a trial's
+    move would leave the suspicion unjudged): it judges one check later. The
+    tuner is still told what the window measured up to the check where the
+    guard trips (``observe``, with ``window_share`` below 1 for a window cut
+    short, and ``regime_changed`` when that check also shows a change of
+    conditions), so a trial's
     measurement is not lost and a change is filed under the new conditions;
     its decision there is not applied (history ``"held"``). Where the
     guard's estimate of ``initial``'s speed was carried across a change of
