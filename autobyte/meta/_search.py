@@ -48,6 +48,11 @@ from ._scorer import Equivalence
 GAPS_MIN = 6
 
 
+def _doublings(a: Config, b: Config) -> float:
+    """Powers of two between ``a`` and ``b``: the larger of their partitions' and their credits' distances."""
+    return max(abs(math.log2(a.partition_bytes / b.partition_bytes)), abs(math.log2(a.credit_bytes / b.credit_bytes)))
+
+
 class Search:
     """Measure a shortlist for several windows each; the fastest wins.
 
@@ -205,8 +210,7 @@ class Search:
         """
         if c not in space:
             n = space.nearest(c)
-            if n.wire != c.wire or max(abs(math.log2(n.partition_bytes / c.partition_bytes)),
-                                       abs(math.log2(n.credit_bytes / c.credit_bytes))) >= 0.5:
+            if n.wire != c.wire or _doublings(n, c) >= 0.5:
                 return (c.partition_bytes, c.credit_bytes)
             c = n
         return equivalence.of(c) if equivalence is not None else (c.partition_bytes, c.credit_bytes)
@@ -248,8 +252,7 @@ class Search:
         if cfg in measured:
             est, err = measured[cfg], self.sigma()
         else:
-            far = min((max(abs(math.log2(cfg.partition_bytes / c.partition_bytes)),
-                           abs(math.log2(cfg.credit_bytes / c.credit_bytes))) for c in measured), default=0.0)
+            far = min((_doublings(cfg, c) for c in measured), default=0.0)
             est, err = predicted, max(sigma * (1.0 + widen * far), downside)
         return iters * max(0.0, speed / (est * math.exp(-err)) - 1.0)
 
