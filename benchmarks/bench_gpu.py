@@ -43,6 +43,7 @@ MiB = 1 << 20
 DDP_POINT = ("engine <25 MiB, unlimited> (DDP's point)", 25 * MiB, None)
 BS_DEFAULT = ("engine <4 MB, 4X> (ByteScheduler's default)", 4_000_000, 4)
 DEFAULT_GRID = "16M:1,8M:2,2M:4"
+TUNER_WIRES = ("fp32", "bf16", "fp16", "auto")  # NAME@WIRE in --tuners
 
 
 # ------------------------------------------------------------------ the model
@@ -259,8 +260,8 @@ def worker(opts: dict[str, Any]) -> None:
 
     write_raw()
     ddp = next(r for r in runners if r["mode"]["kind"] == "ddp")
-    for name, n_iters in opts["tuners"]:
-        tuned.append(tune_block(name, n_iters, opts, dev, data, loss_fn, iters, bs * world, ddp, run))
+    for name, wire, n_iters in opts["tuners"]:
+        tuned.append(tune_block(name, wire, n_iters, opts, dev, data, loss_fn, iters, bs * world, ddp, run))
         write_raw()
 
     for r in runners:
@@ -282,9 +283,12 @@ def worker(opts: dict[str, Any]) -> None:
     exit_rank(0)
 
 
-def tune_block(name: str, n_iters: int, opts: dict[str, Any], dev: Any, data: list[Any], loss_fn: Any, chunk: int, samples_per_iter: int,
-               ddp: dict[str, Any], run: Any) -> dict[str, Any]:
-    """``schedule(..., tuner=name)`` from ByteScheduler's default, ``n_iters`` iterations in one continuous run.
+def tune_block(name: str, wire: str, n_iters: int, opts: dict[str, Any], dev: Any, data: list[Any], loss_fn: Any, chunk: int,
+               samples_per_iter: int, ddp: dict[str, Any], run: Any) -> dict[str, Any]:
+    """``schedule(..., tuner=name, wire=wire)`` from ByteScheduler's default, ``n_iters`` iterations in one continuous run.
+
+    ``wire`` is the precision on the wire (``fp32``, ``bf16``, ``fp16``), or
+    ``auto``: the tuner measures 16 bits against fp32 (``AutoWire``).
 
     A tuner times iterations start to start, so it cannot share the
     interleaved rounds (the other modes' time would count in one of its
@@ -302,7 +306,7 @@ def tune_block(name: str, n_iters: int, opts: dict[str, Any], dev: Any, data: li
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     windows: list[dict[str, Any]] = []  # every check: the config in force, the speed seen, the decision with its whole reason
     h = schedule(model, opt, tuner=name, verbose=False, on_decision=lambda out: windows.append(decision_row(out)),
-                 warmup_iters=int(opts.get("tune_warmup", 2)))
+                 warmup_iters=int(opts.get("tune_warmup", 2)), wire=wire)
     start = h.config.to_dict()
     n_chunks = max(1, n_iters // chunk)
     run({"opt": opt, "net": model, "finish": lambda: None}, 0)  # the barrier: both ranks start together
@@ -331,7 +335,7 @@ def tune_block(name: str, n_iters: int, opts: dict[str, Any], dev: Any, data: li
     state = h.state_dict()
     h.close()
     ddp_after = run(ddp, chunk)
-    return {"tuner": name, "start": start, "final": state["config"], "iterations": n_chunks * chunk, "chunk_iters": chunk,
+    return {"tuner": name if wire == "fp32" else f"{name}@{wire}", "wire": wire, "start": start, "final": state["config"], "iterations": n_chunks * chunk, "chunk_iters": chunk,
             "seconds": times, "samples_per_s": [chunk * samples_per_iter / t for t in times], "iter_seconds": iter_times,
             "ddp_after_samples_per_s": chunk * samples_per_iter / ddp_after,
             "reconfigurations": state.get("reconfigurations", []), "windows": windows, "host_ms_per_iter": host}
@@ -442,15 +446,18 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_static(name: str) -> bool:
-    """A tuner of the block that never moves: ``static`` (ByteScheduler's default) or a ``static-...`` variant."""
-    return name == "static" or name.startswith("static-")
+    """A tuner of the block that never moves: ``static`` (ByteScheduler's default) or a ``static-...`` variant,
+    at any fixed precision on the wire (``static@bf16``); ``@auto`` moves (the tuner chooses the precision)."""
+    base, _, wire = name.partition("@")
+    return (base == "static" or base.startswith("static-")) and wire != "auto"
 
 
 def _fmt_config(c: dict[str, Any]) -> str:
     from autobyte.core import UNLIMITED
 
     cr = "unlimited" if c["credit_bytes"] >= UNLIMITED else f"{c['credit_bytes'] / c['partition_bytes']:.3g}X"
-    return f"{_fmt_bytes(int(c['partition_bytes']))}, {cr}"
+    wire = c.get("wire", "fp32")
+    return f"{_fmt_bytes(int(c['partition_bytes']))}, {cr}" + ("" if wire == "fp32" else f", {wire}")
 
 
 def markdown(s: dict[str, Any]) -> str:
@@ -534,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="tuners run after the rounds from ByteScheduler's default, comma-separated; 'static' runs the default "
                          "itself continuously, the fair baseline of a tuner (static-16m-2x and others: --import "
                          "benchmarks/tuner_variants.py); NAME:ITERS runs that one ITERS iterations instead of --tune-iters; "
+                         "NAME@WIRE at that precision on the wire (fp32, bf16, fp16; auto: the tuner measures 16 bits "
+                         "against fp32), e.g. static@bf16:300,autobyte@auto:1000; "
                          "none: no tuner block (default: static,autobyte)")
     ap.add_argument("--tune-iters", type=int, default=None, help="iterations of each tuner's continuous run (default: 150 on CUDA, 12 on CPU)")
     ap.add_argument("--tune-warmup", type=int, default=2,
@@ -584,14 +593,17 @@ def main(argv: list[str] | None = None) -> int:
     import_tuners(args.imports)
     tuners = [] if args.tuners.strip() == "none" else [t.strip() for t in args.tuners.split(",") if t.strip()]
     tune_iters = args.tune_iters or (150 if torch.cuda.is_available() and args.device != "cpu" else 12)
-    runs: list[tuple[str, int]] = []
+    runs: list[tuple[str, str, int]] = []
     for t in tuners:
-        name, _, n = t.partition(":")
+        spec, _, n = t.partition(":")
+        name, at, wire = spec.partition("@")
         if name not in tuner_names():
             ap.error(f"--tuners: each name must be one of {', '.join(tuner_names())} (or 'none'), but got {name!r}.")
+        if at and wire not in TUNER_WIRES:
+            ap.error(f"--tuners: WIRE in NAME@WIRE must be one of {', '.join(TUNER_WIRES)}, but got {t!r}.")
         if n and (not n.isdigit() or int(n) < 1):
             ap.error(f"--tuners: ITERS in NAME:ITERS must be a positive integer, but got {t!r}.")
-        runs.append((name, int(n) if n else tune_iters))
+        runs.append((name, wire or "fp32", int(n) if n else tune_iters))
     has_cuda = torch.cuda.is_available()
     if args.device == "cuda" and not has_cuda:
         ap.error("--device cuda was asked for, but torch.cuda.is_available() is False here; use --device auto or cpu.")

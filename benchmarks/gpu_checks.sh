@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of docs/benchmarks.md section 4, on a lent GPU machine (one GPU; torch with CUDA; no pip there):
 #   bash benchmarks/gpu_checks.sh wire OUT    # -m gpu tests, then DDP, DDP + bf16_compress_hook and the engine at fp32/bf16
-#   bash benchmarks/gpu_checks.sh tuner OUT   # the tuner from ByteScheduler's default over 1000 iterations, beside static runs
+#   bash benchmarks/gpu_checks.sh tuner OUT   # the tuner from ByteScheduler's default over 1000 iterations, beside static runs;
+#                                             # then wire="auto" over 1000 iterations beside the default at 16 bits
 # Each writes OUT/<part>/bench_gpu.{json,md} and OUT/<part>.log; run from the repository root.
 set -u
 part=${1:?usage: gpu_checks.sh wire|tuner OUT}
@@ -22,8 +23,9 @@ case "$part" in
       --grid 16M:2 --wire bf16 --tuners none --profile-iters 0 >> "$out/$part.log" 2>&1
     echo "bench_gpu exit $?" >> "$out/$part.log" ;;
   tuner)
-    timeout 540 $py benchmarks/bench_gpu.py --out "$out/tuner" --batch-size 96 --rounds 1 --iters 12 --warmup 4 \
-      --grid 16M:2 --tuners static:300,autobyte:1000,static:300 --profile-iters 0 >> "$out/$part.log" 2>&1
+    timeout 560 $py benchmarks/bench_gpu.py --out "$out/tuner" --batch-size 96 --rounds 1 --iters 12 --warmup 4 \
+      --grid 16M:2 --wire bf16 --tuners static:300,autobyte:1000,static:300,static@bf16:300,autobyte@auto:1000 \
+      --profile-iters 0 >> "$out/$part.log" 2>&1
     echo "bench_gpu exit $?" >> "$out/$part.log" ;;
   *) echo "gpu_checks.sh: the part must be wire or tuner, but got '$part'" >&2; exit 2 ;;
 esac

@@ -116,6 +116,24 @@ def test_a_static_configuration_run_twice_counts_at_its_median(bench):
     assert t["ratio_vs"]["best continuous static"]["whole_run"] == pytest.approx(105 / 110)
 
 
+def test_a_static_run_at_16_bits_is_a_baseline_and_the_auto_wire_is_a_tuner(bench):
+    def run(name, sps, final):
+        return {"tuner": name, "samples_per_s": [sps], "seconds": [1.0], "final": final, "ddp_after_samples_per_s": 100.0}
+
+    modes = [{"name": n, "kind": k, "samples_per_s": [100.0], "seconds": [1.0]}
+             for n, k in (("no communication (bound)", "none"), ("DDP (bucket_cap_mb=25)", "ddp"),
+                          (bench_names()[0], "engine"), (bench_names()[1], "engine"))]
+    default = {"partition_bytes": 4_000_000, "credit_bytes": 16_000_000}
+    raw = {"modes": modes, "tuned": [run("static", 100.0, default), run("static@bf16", 110.0, {**default, "wire": "bf16"}),
+                                     run("autobyte@auto", 108.0, {**default, "wire": "bf16"})]}
+    s = bench.summarize(raw, {"iters": 1})
+    t = s["tuned"][2]
+    assert set(t["ratio_vs"]) >= {"static <4 MB, 4X> continuous", "static@bf16 <4 MB, 4X, bf16> continuous", "best continuous static"}
+    assert t["ratio_vs"]["static@bf16 <4 MB, 4X, bf16> continuous"]["whole_run"] == pytest.approx(108 / 110)
+    assert t["ratio_vs"]["best continuous static"]["whole_run"] == pytest.approx(108 / 110)
+    assert not any(k.startswith("autobyte@auto") for k in t["ratio_vs"])  # a tuner, never a baseline
+
+
 def bench_names() -> tuple[str, str]:
     return ("engine <25 MiB, unlimited> (DDP's point)", "engine <4 MB, 4X> (ByteScheduler's default)")
 
@@ -129,6 +147,7 @@ def bench_names() -> tuple[str, str]:
     (["--tune-iters", "0"], "--tune-iters must be a positive integer, but got 0."),
     (["--tuners", "static:0"], "--tuners: ITERS in NAME:ITERS must be a positive integer, but got 'static:0'."),
     (["--tuners", "static:x"], "--tuners: ITERS in NAME:ITERS must be a positive integer, but got 'static:x'."),
+    (["--tuners", "autobyte@fp8:100"], "--tuners: WIRE in NAME@WIRE must be one of fp32, bf16, fp16, auto, but got 'autobyte@fp8:100'."),
     (["--resummarize", "/nonexistent/bench_gpu.json"], "--resummarize must name a bench_gpu.json, but '/nonexistent/bench_gpu.json' could not be read"),
 ])
 def test_bad_arguments_are_refused_naming_the_flag(bench, tmp_path, capsys, argv, message):
