@@ -20,7 +20,15 @@ credit (the inner tuner):
   :data:`PLAUSIBLE` (the two measurements straddled a change of conditions);
 * between comparisons the inner tuner moves partition and credit as it
   always does: it sees every configuration at ``"fp32"`` (its space and
-  records are those of the precision-less problem) and a change of the
+  records are those of the precision-less problem). Each precision can have
+  a tuner of its own (``low_inner``; ``schedule(..., wire="auto")`` builds
+  one per precision from the tuner's name): each then keeps its own records
+  and its own estimate of how long conditions last, is told of every change
+  of conditions that happened while the other precision ran, and nothing
+  else (a change of precision is the tuner's own act, not the end of a set
+  of conditions: counted as one, a comparison's few windows read as
+  conditions that last a few windows, and no trial paid for the rest of the
+  job: docs/benchmarks.md 4.4). One tuner for both sees a change of the
   precision as a change of conditions, which for partition and credit it is
   (half the bytes on the link).
 
@@ -102,6 +110,21 @@ def check_wire_choice(wire: object) -> str | AutoWire:
     return wire
 
 
+def tuner_for(tuner: Tuner | str | None, wire: str | AutoWire) -> Tuner | None:
+    """The tuner a job runs: ``tuner`` built by name, inside a :class:`WireTuner` where ``wire`` is an :class:`AutoWire`.
+
+    A tuner named gets one of its kind per precision (each precision's
+    records and estimate of how long conditions last its own); a tuner
+    object serves both; one that already chooses the wire is returned as is.
+    """
+    from .tuners import make_tuner
+
+    built = make_tuner(tuner) if isinstance(tuner, str) else tuner
+    if not isinstance(wire, AutoWire) or (built is not None and built.chooses_wire):
+        return built
+    return WireTuner(built, wire, low_inner=make_tuner(tuner) if isinstance(tuner, str) else None)
+
+
 def _fp32(config: Config) -> Config:
     return config if config.wire == "fp32" else replace(config, wire="fp32")
 
@@ -112,6 +135,9 @@ class WireTuner(Tuner):
     Args:
         inner: the tuner of partition and credit (default: none, they stay).
         preference: the :class:`AutoWire` preference (default: ``AutoWire()``).
+        low_inner: the tuner of partition and credit while 16 bits run
+            (default: ``inner`` itself, one tuner for both precisions); a
+            fresh tuner of the same kind keeps each precision's records apart.
 
     Example:
         >>> WireTuner(make_tuner("autobyte"), AutoWire(min_gain=0.10))  # doctest: +SKIP
@@ -120,13 +146,17 @@ class WireTuner(Tuner):
     name = "wire"
     chooses_wire = True
 
-    def __init__(self, inner: Tuner | None = None, preference: AutoWire | None = None) -> None:
+    def __init__(self, inner: Tuner | None = None, preference: AutoWire | None = None, low_inner: Tuner | None = None) -> None:
         if inner is not None and not isinstance(inner, Tuner):
             raise TypeError(f"inner must be an autobyte Tuner or None, but got inner={inner!r}.")
         if preference is not None and not isinstance(preference, AutoWire):
             raise TypeError(f"preference must be an AutoWire or None, but got preference={preference!r}.")
+        if low_inner is not None and (not isinstance(low_inner, Tuner) or low_inner is inner):
+            raise TypeError(f"low_inner must be an autobyte Tuner other than inner, or None, but got low_inner={low_inner!r}.")
         self.inner = inner if inner is not None else StaticTuner()
         self.preference = preference if preference is not None else AutoWire()
+        #: the tuner of partition and credit at each precision (the same object for both unless ``low_inner``)
+        self.inners = {"fp32": self.inner, self.preference.low: low_inner if low_inner is not None else self.inner}
         self.name = f"{self.inner.name}+wire"
         # the controller reads these from its tuner: the inner tuner's
         self.guarded = self.inner.guarded
@@ -139,16 +169,27 @@ class WireTuner(Tuner):
         self._at: Config | None = None
         #: the precision chosen in the current conditions (``None``: the comparison is under way)
         self.chosen: str | None = None
-        #: the precision of the last observation the inner tuner saw (a change reaches it as changed conditions)
-        self._inner_wire = "fp32"
+        #: changes of conditions the controller reported so far
+        self._changes = 0
+        #: per inner tuner (by the precision it serves; "fp32" when one serves both): the changes reported and the
+        #: precision in force at its last observation (a change since, of either, reaches it as changed conditions)
+        self._saw: dict[str, tuple[int, str]] = {}
         #: every choice made: iteration, precision, 16 bits' measured gain over fp32, the reason
         self.choices: list[dict[str, Any]] = []
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
-        first = self.inner.start(space, _fp32(initial))
-        self._speeds, self._at, self.chosen, self._inner_wire = {}, None, None, initial.wire
+        first = self.inners[initial.wire].start(space, _fp32(initial))
+        for wire, t in self.inners.items():
+            if self._key(wire) != self._key(initial.wire):
+                t.start(space, _fp32(initial))
+        self._speeds, self._at, self.chosen, self._changes = {}, None, None, 0
+        self._saw = {self._key(initial.wire): (0, initial.wire)}
         return replace(first, wire=initial.wire)
+
+    def _key(self, wire: str) -> str:
+        """The inner tuner serving ``wire``, named by its precision ("fp32" for a tuner serving both)."""
+        return "fp32" if self.inners[wire] is self.inner else wire
 
     # ------------------------------------------------------------ the comparison
     def _needed(self) -> int:
@@ -203,11 +244,18 @@ class WireTuner(Tuner):
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
 
     # ------------------------------------------------------------ the inner tuner
-    def _inward(self, obs: Observation) -> Observation:
-        """``obs`` as the inner tuner sees it: at fp32, a change of precision as a change of conditions."""
-        changed = obs.regime_changed or obs.config.wire != self._inner_wire
-        self._inner_wire = obs.config.wire
-        return replace(obs, config=_fp32(obs.config), regime_changed=changed)
+    def _inward(self, obs: Observation) -> tuple[Tuner, Observation]:
+        """The inner tuner of ``obs``'s precision, and ``obs`` as it sees it: at fp32, changed conditions where
+        conditions changed since its last observation, or the precision (one tuner serving both)."""
+        key = self._key(obs.config.wire)
+        seen = self._saw.get(key)
+        changed = obs.regime_changed or (seen is not None and seen != (self._changes, obs.config.wire))
+        self._saw[key] = (self._changes, obs.config.wire)
+        return self.inners[key], replace(obs, config=_fp32(obs.config), regime_changed=changed)
+
+    def _current(self, wire: str) -> bool:
+        """Whether the inner tuner of ``wire`` observed since the last change of conditions, at ``wire``."""
+        return self._saw.get(self._key(wire)) == (self._changes, wire)
 
     def _outward(self, d: Decision | None, wire: str) -> Decision | None:
         if d is None:
@@ -217,19 +265,20 @@ class WireTuner(Tuner):
     def observe(self, obs: Observation) -> Decision | None:
         if obs.regime_changed:  # new conditions: what either precision measured belongs to the old ones
             self._speeds, self._at, self.chosen = {}, None, None
+            self._changes += 1
         if self.chosen is not None and obs.config.wire != self.chosen:
             # the configuration in force is not the one chosen (the do-no-harm guard sent the run back): measure again
             self._speeds, self._at, self.chosen = {}, None, None
-        inner = self._inward(obs)
+        tuner, inner = self._inward(obs)
         if self.chosen is None:
             # the inner tuner keeps its records; its decision waits for the comparison (as under a guard's hold)
-            self.inner.observe(inner)
+            tuner.observe(inner)
             n = len(self.choices)
             d = self._compare(obs)
             if d is None and len(self.choices) > n:
                 _log.info("autobyte: iteration %d: %s", obs.iteration, self.choices[-1]["reason"])
             return d
-        return self._outward(self.inner.observe(inner), self.chosen)
+        return self._outward(tuner.observe(inner), self.chosen)
 
     def check(self, obs: Observation) -> Decision | None:
         if self.chosen is None:
@@ -243,25 +292,34 @@ class WireTuner(Tuner):
                 self._speeds, self._at, self.chosen = kept[0], kept[1], None
                 del self.choices[kept[2]:]
             return d
-        if obs.regime_changed or obs.config.wire != self.chosen:
-            return None
-        d = self.inner.check(replace(obs, config=_fp32(obs.config)))
+        if obs.regime_changed or obs.config.wire != self.chosen or not self._current(obs.config.wire):
+            return None  # an inner tuner that has not observed these conditions yet has nothing to check against
+        d = self.inners[obs.config.wire].check(replace(obs, config=_fp32(obs.config)))
         return self._outward(d, self.chosen)
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"inner": self.inner.state_dict(), "speeds": {k: list(v) for k, v in self._speeds.items()},
-                "at": None if self._at is None else self._at.to_dict(), "chosen": self.chosen, "inner_wire": self._inner_wire,
-                "choices": list(self.choices)}
+        low = self.preference.low
+        return {"inner": self.inner.state_dict(), **({"low_inner": self.inners[low].state_dict()} if self._key(low) == low else {}),
+                "speeds": {k: list(v) for k, v in self._speeds.items()},
+                "at": None if self._at is None else self._at.to_dict(), "chosen": self.chosen, "changes": self._changes,
+                "saw": {k: list(v) for k, v in self._saw.items()}, "choices": list(self.choices)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state.get("inner", {}))
+        low = self.preference.low
+        if self._key(low) == low and "low_inner" in state:
+            self.inners[low].load_state_dict(state["low_inner"])
         self._speeds = {str(k): [float(x) for x in v] for k, v in state.get("speeds", {}).items() if k in WIRES}
         at = state.get("at")
         self._at = None if at is None else Config.from_dict(at)
         chosen = state.get("chosen")
         self.chosen = chosen if chosen in WIRES else None
-        w = state.get("inner_wire")
-        self._inner_wire = w if isinstance(w, str) and w in WIRES else "fp32"
+        self._changes = int(state.get("changes", 0))
+        saw = state.get("saw")
+        if isinstance(saw, dict):
+            self._saw = {str(k): (int(v[0]), str(v[1])) for k, v in saw.items() if k in WIRES and v[1] in WIRES}
+        elif state.get("inner_wire") in WIRES:  # a state saved with one inner tuner and the precision it last saw
+            self._saw = {"fp32": (self._changes, str(state["inner_wire"]))}
         self.choices = list(state.get("choices", []))
 

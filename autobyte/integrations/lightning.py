@@ -289,9 +289,9 @@ class AutoByteCallback(CallbackState, *_callback_bases()):  # type: ignore[misc]
         if self._overlap:
             optimizer = trainer.optimizers[0]
         if self.tuner is None and isinstance(self._tuner_arg, str):
-            from ..core.tuners import make_tuner
+            from ..core.wire import check_wire_choice, tuner_for
 
-            self.tuner = make_tuner(self._tuner_arg)
+            self.tuner = tuner_for(self._tuner_arg, check_wire_choice(self.wire))  # wire="auto": one per precision
         self._trainer = trainer
         log_dir = trainer.log_dir  # a collective in Lightning: every rank asks here, once
         # Without a logger, log_dir is the working directory: write no file there the user did not ask for.

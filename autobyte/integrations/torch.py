@@ -43,7 +43,7 @@ from ..core.space import BYTESCHEDULER_DEFAULT, Config, SearchSpace
 from ..core.timeline import Timeline
 from ..core.tuning import Controller, Tuner
 from ..core.window import WindowCoordinator, WindowOutcome
-from ..core.wire import AutoWire, WireTuner, check_wire_choice
+from ..core.wire import AutoWire, check_wire_choice, tuner_for
 from ._common import check_tuning_args
 from ._imports import require_torch
 from ._torch_failures import CollectiveMismatchError, PeerLostError, _Failures
@@ -431,13 +431,7 @@ def schedule(
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, but got {type(optimizer).__name__}.")
     config = check_tuning_args(tuner, partition_bytes, credit_bytes, window_iters, warmup_iters, space,
                                True if verbose is None else verbose, timeout_s, wire)
-    if isinstance(tuner, str):
-        from ..core.tuners import make_tuner
-
-        tuner = make_tuner(tuner)
-    choice = check_wire_choice(wire)
-    if isinstance(choice, AutoWire):
-        tuner = WireTuner(tuner, choice)
+    tuner = tuner_for(tuner, check_wire_choice(wire))
     if dist.is_available() and dist.is_initialized():
         problem = device_problem(str(dist.get_backend(process_group)), {p.device.type for p in model.parameters() if p.requires_grad})
         if problem is not None:

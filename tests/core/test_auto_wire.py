@@ -12,7 +12,7 @@ from autobyte.core import MiB
 from autobyte.core.space import Config
 from autobyte.core.tuners import GridTuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
-from autobyte.core.wire import AutoWire, WireTuner, check_wire_choice
+from autobyte.core.wire import AutoWire, WireTuner, _fp32, check_wire_choice
 from autobyte.testing import tuner_contract as tc
 
 START = Config(4 * MiB, 16 * MiB)
@@ -135,6 +135,52 @@ def test_the_inner_tuner_sees_fp32_and_a_change_of_precision_as_changed_conditio
     move = decisions[-1]
     assert move.config == Config(MiB, 2 * MiB, "bf16") and move.reason == "partition and credit, for speed: scripted move"
     assert configs[-1] == Config(MiB, 2 * MiB, "bf16")
+
+
+def test_a_tuner_per_precision_sees_its_own_windows_and_only_the_changes_it_missed():
+    fp32, low = Recorder(), Recorder()
+    t = WireTuner(fp32, low_inner=low)
+    current = t.start(tc.SPACE, START)
+    speeds = {"fp32": 100.0, "bf16": 160.0}
+    it, changed_at = 0, {5}  # conditions change at the 5th window (while bf16 runs)
+    for k in range(1, 10):
+        it += 10
+        d = t.observe(obs(current, speeds[current.wire] * (0.5 if k >= 5 else 1.0), it, regime_changed=k in changed_at))
+        current = d.config if d is not None else current
+    assert all(o.config.wire == "fp32" for o in fp32.seen + low.seen)
+    # fp32's tuner saw the first window, then (the comparison after the change) one more, told of the change it missed
+    assert [o.iteration for o in fp32.seen] == [10, 60]
+    assert [o.regime_changed for o in fp32.seen] == [False, True]
+    # the 16-bit tuner's first window is no change of conditions: its records start there; the real change reaches it
+    assert [o.iteration for o in low.seen][:4] == [20, 30, 40, 50] and low.seen[0].regime_changed is False
+    assert [o.regime_changed for o in low.seen] == [o.iteration == 50 for o in low.seen]  # it saw the change itself
+    assert t.choices[0]["wire"] == "bf16" and t.choices[1]["wire"] == "bf16"
+    # its state round-trips with both tuners' records apart
+    state = json.loads(json.dumps(t.state_dict()))
+    assert state["low_inner"] == low.state_dict() and state["saw"] == {"fp32": [1, "fp32"], "bf16": [1, "bf16"]}
+    with pytest.raises(TypeError, match="low_inner must be an autobyte Tuner other than inner"):
+        WireTuner(fp32, low_inner=fp32)
+
+
+def test_a_named_tuner_gets_one_per_precision_and_its_horizon_survives_the_choice():
+    from autobyte.core.tuners import make_tuner
+    from autobyte.core.wire import tuner_for
+
+    t = tuner_for("autobyte", AutoWire())
+    assert isinstance(t, WireTuner) and t.inners["bf16"] is not t.inner and t.name == "autobyte+wire"
+    assert tuner_for(t, AutoWire()) is t and tuner_for("static", "bf16").name == "static"
+    assert tuner_for(None, AutoWire()).inner.name == "static"
+    shared = WireTuner(make_tuner("autobyte"))
+    for w in (t, shared):
+        current = w.start(tc.SPACE, START)
+        for k in range(1, 4):  # fp32, then bf16 (1.6x: chosen), then bf16 again
+            d = w.observe(Observation(10 * k, current, speed(current, True), tc.window(_fp32(current), 10 * k).features))
+            current = d.config if d is not None else current
+        assert current.wire == "bf16" and w.chosen == "bf16"
+    # the comparison's windows are no set of conditions: the 16-bit tuner still expects the default horizon ahead;
+    # one tuner for both saw conditions end after 20 iterations (the precision changed), and expects nothing left 20 later
+    assert t.inners["bf16"].ledger.horizon(40) == t.inners["bf16"].ledger.default_horizon
+    assert shared.inner.ledger.horizon(40) == 0.0
 
 
 def test_a_comparison_moves_at_a_check_only_without_doubt_and_the_inner_tuner_gets_checks_after():
