@@ -406,7 +406,8 @@ def schedule(
             fp32 unless bf16 is measured at least 5% faster in the current
             conditions; the tuner (``tuner``, or none: partition and credit
             stay) runs inside :class:`~autobyte.core.wire.WireTuner`, which
-            measures both precisions in every set of conditions.
+            measures both precisions in every set of conditions (a tuner
+            given by name: one of its kind per precision).
 
     Returns:
         A :class:`ScheduledTraining` handle.
