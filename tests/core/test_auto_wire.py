@@ -190,7 +190,9 @@ def test_a_comparison_moves_at_a_check_only_without_doubt_and_the_inner_tuner_ge
 
     t = WireTuner(Ends(), AutoWire(windows=3))
     current = t.start(tc.SPACE, START)
-    d = t.check(obs(current, 100.0, 5, window_share=0.5))  # the first fp32 measurement: try bf16 at once
+    # the job's first measurement is a whole window: its first iterations run cold (a check there measured 80)
+    assert t.check(obs(current, 80.0, 5, window_share=0.5)) is None and t._speeds == {}
+    d = t.observe(obs(current, 100.0, 10))  # the first fp32 measurement: try bf16 at once
     assert d is not None and d.reason.startswith("wire trial, for speed: bf16 against fp32")
     assert t._speeds == {"fp32": [100.0]}
     bf16 = replace(START, wire="bf16")
@@ -261,3 +263,16 @@ def test_it_chooses_the_wire_and_forwards_the_inner_tuners_detector_settings():
     t = WireTuner(inner)
     assert t.chooses_wire and not StaticTuner.chooses_wire and t.noise_z == 3.0 and t.guarded is False
     assert t.name == "static+wire"
+
+
+def test_after_a_change_of_conditions_a_check_moves_the_comparison_at_once():
+    t = WireTuner()
+    run(t, [(True, 4)])
+    assert t.chosen == "bf16"
+    bf16 = replace(START, wire="bf16")
+    assert t.observe(obs(bf16, 98.0, 100, regime_changed=True)) is not None  # new conditions: fp32 measured again
+    t2 = WireTuner()
+    run(t2, [(True, 4)])
+    t2.observe(obs(bf16, 98.0, 100, window_share=0.5, regime_changed=True, mixed=True))  # the check that showed it
+    d = t2.check(obs(bf16, 98.0, 105, window_share=0.5))  # wholly in the new conditions: no cold start to wait out
+    assert d is not None and d.reason.startswith("wire trial, for exactness: fp32 against bf16")
