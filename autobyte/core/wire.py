@@ -180,7 +180,7 @@ class WireTuner(Tuner):
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
-        first = self.inners[initial.wire].start(space, _fp32(initial))
+        first = self.inners[self._key(initial.wire)].start(space, _fp32(initial))
         for wire, t in self.inners.items():
             if self._key(wire) != self._key(initial.wire):
                 t.start(space, _fp32(initial))
@@ -189,8 +189,9 @@ class WireTuner(Tuner):
         return replace(first, wire=initial.wire)
 
     def _key(self, wire: str) -> str:
-        """The inner tuner serving ``wire``, named by its precision ("fp32" for a tuner serving both)."""
-        return "fp32" if self.inners[wire] is self.inner else wire
+        """The inner tuner serving ``wire``, named by its precision ("fp32" for a tuner serving both, and for a
+        precision the preference does not name, which a user may have set: fp32's tuner serves it)."""
+        return wire if wire in self.inners and self.inners[wire] is not self.inner else "fp32"
 
     # ------------------------------------------------------------ the comparison
     def _needed(self) -> int:
@@ -297,7 +298,7 @@ class WireTuner(Tuner):
             return d
         if obs.regime_changed or obs.config.wire != self.chosen or not self._current(obs.config.wire):
             return None  # an inner tuner that has not observed these conditions yet has nothing to check against
-        d = self.inners[obs.config.wire].check(replace(obs, config=_fp32(obs.config)))
+        d = self.inners[self._key(obs.config.wire)].check(replace(obs, config=_fp32(obs.config)))
         return self._outward(d, self.chosen)
 
     # ------------------------------------------------------------ state

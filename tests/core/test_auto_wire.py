@@ -276,3 +276,13 @@ def test_after_a_change_of_conditions_a_check_moves_the_comparison_at_once():
     t2.observe(obs(bf16, 98.0, 100, window_share=0.5, regime_changed=True, mixed=True))  # the check that showed it
     d = t2.check(obs(bf16, 98.0, 105, window_share=0.5))  # wholly in the new conditions: no cold start to wait out
     assert d is not None and d.reason.startswith("wire trial, for exactness: fp32 against bf16")
+
+
+def test_a_start_at_a_precision_the_preference_does_not_name_is_served_by_fp32s_tuner():
+    fp32, low = Recorder(), Recorder()
+    t = WireTuner(fp32, low_inner=low)  # the preference's 16 bits: bf16
+    fp16 = replace(START, wire="fp16")
+    assert t.start(tc.SPACE, fp16) == fp16
+    d = t.observe(obs(fp16, 150.0, 10))
+    assert [o.config for o in fp32.seen] == [START] and not low.seen
+    assert d is not None and d.config.wire == "fp32"  # the comparison: fp32 against the precision in force
