@@ -40,6 +40,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   it starts in (:class:`~autobyte.meta._explorer.Explorer` without ``left``).
 * ``autobyte-instant-changes``: the controller's detector without ``confirm``: a speed change within twice its
   threshold, or a step inside a check, counts at once, not after the next check confirms it.
+* ``autobyte-last-check-reference``: the controller's detector compares a configuration's measurement with its last
+  one alone (``reference_memory=1``), not with the mean of its last two in these conditions.
 * ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
   conditions seen at another configuration and never runs the start to measure it (``guard_measure_after=None``).
 * ``autobyte-last-window-reference``: the controller's do-no-harm guard takes the start's last window alone for its
@@ -183,6 +185,15 @@ class InstantChanges(AutoByteTuner):
 
 
 register_tuner("autobyte-instant-changes", InstantChanges)
+
+
+class LastCheckReference(AutoByteTuner):
+    """AutoByte whose controller's detector compares a measurement with the configuration's last one alone."""
+
+    reference_memory = 1
+
+
+register_tuner("autobyte-last-check-reference", LastCheckReference)
 
 
 class CarriedReference(AutoByteTuner):

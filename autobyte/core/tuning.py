@@ -23,7 +23,7 @@ import numpy as np
 
 from ._checks import check_int
 from .metrics import RuntimeFeatures, WindowStats
-from .regime import HarmGuard, RegimeDetector, within_step
+from .regime import REFERENCE_MEMORY, HarmGuard, RegimeDetector, within_step
 from .space import Config, SearchSpace
 
 
@@ -291,7 +291,9 @@ class Controller:
         self.detector = RegimeDetector(rc, rate_rise=getattr(self.tuner, "rate_rise", None),
                                        step_change=getattr(self.tuner, "step_change", None),
                                        noise_z=getattr(self.tuner, "noise_z", None),
-                                       confirm=getattr(self.tuner, "confirm", 2.0)) if rc is not None else None
+                                       confirm=getattr(self.tuner, "confirm", 2.0),
+                                       reference_memory=getattr(self.tuner, "reference_memory", REFERENCE_MEMORY)
+                                       ) if rc is not None else None
         check_int("harm_span", self.harm_span)
         self.guard = None if self.harm_budget is None else getattr(self.tuner, "guard_type", HarmGuard)(
             self.current, self.harm_budget, self.harm_span, getattr(self.tuner, "guard_measure_after", 50),

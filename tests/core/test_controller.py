@@ -121,7 +121,7 @@ def test_a_check_that_mixes_both_regimes_unseen_starts_the_new_regime_and_is_its
     # which the next check confirms: the tuner is not asked at the suspect check, and hears of the change at the next
     assert c.decide(19, [_w(55, 5)]) is None and len(seen) == 2 and c.detector.suspect is not None
     c.decide(24, [_w(55, 5)])
-    assert len(seen) == 3 and seen[2].regime_changed and c.detector.last == {SPACE[0]: 55}
+    assert len(seen) == 3 and seen[2].regime_changed and c.detector.seen == {SPACE[0]: [55]}
     assert seen[2].window_share == pytest.approx(0.5)  # the confirming check alone: the suspect one may mix both
 
 
@@ -288,9 +288,9 @@ def test_a_check_that_steps_inside_is_dropped_and_the_tuner_told_at_once():
     c.decide(4, [_w(90, 5)], STEP_TIMES)
     assert len(seen) == 1 and seen[0].regime_changed and seen[0].mixed and seen[0].speed == pytest.approx(90)
     assert c.history[-1]["mixed"] is True and c.history[-1]["regime_rule"] == "step"
-    assert c.detector.settling and c.detector.last == {}  # no reference from the mixed check
+    assert c.detector.settling and c.detector.seen == {}  # no reference from the mixed check
     assert c.decide(9, [_w(50, 5)], (0.2,) * 5) is None and len(seen) == 1  # the new regime's reference, not told again
-    assert c.detector.last == {SPACE[0]: 50}
+    assert c.detector.seen == {SPACE[0]: [50]}
     c.decide(14, [_w(51, 5)], (0.2,) * 5)
     assert len(seen) == 2 and not seen[1].regime_changed and not seen[1].mixed
 
@@ -305,7 +305,7 @@ def test_a_step_in_a_configuration_measured_before_waits_for_the_next_check():
     assert c.detector.suspect is not None and c.detector.suspect[2] and not c.detector.settling
     c.decide(19, [_w(50, 5)], (0.2,) * 5)  # the next check, half as fast: the change, told on that check alone
     assert len(seen) == 2 and seen[1].regime_changed and not seen[1].mixed and seen[1].speed == pytest.approx(50)
-    assert c.history[-1]["regime_rule"] == "step" and c.detector.last == {SPACE[0]: 50}
+    assert c.history[-1]["regime_rule"] == "step" and c.detector.seen == {SPACE[0]: [50]}
     # a step the next check does not confirm was noise: the window goes on with both checks
     c.decide(24, [_w(50, 5)], (0.2,) * 5)
     assert c.decide(29, [_w(48, 5)], STEP_TIMES) is None and c.detector.suspect is not None

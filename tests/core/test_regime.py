@@ -22,7 +22,7 @@ def test_detector_compares_a_config_with_itself_only():
     assert not d.observe(A, 110.0)  # +10%: noise
     assert d.rule is None
     assert d.observe(B, 20.0)  # B again, half as fast: conditions changed
-    assert d.last == {B: 20.0} and not d.settling  # the regime starts afresh, from this measurement
+    assert d.seen == {B: [20.0]} and not d.settling  # the regime starts afresh, from this measurement
     assert d.rule == "speed"  # what showed it
     assert not d.observe(A, 50.0)  # A is new to this regime
 
@@ -34,7 +34,7 @@ def test_a_faster_link_shows_on_a_configuration_never_measured_here():
     assert not d.observe(small, 80.0, rate=30e6)  # smaller partitions achieve less of it: no change
     assert not d.observe(B, 101.0, rate=80e6)  # +33%: within what windows vary by
     assert d.observe(C, 150.0, rate=130e6)  # 2 MiB achieving 1.6x the most 4 MiB did: the link got faster
-    assert d.last == {C: 150.0} and d.rates == {C: 130e6} and d.rule == "rate"  # the new regime starts from it
+    assert d.seen == {C: [150.0]} and d.rates == {C: 130e6} and d.rule == "rate"  # the new regime starts from it
     assert not d.observe(Config(16 * MiB, 16 * MiB), 160.0, rate=400e6)  # larger than anything seen here: not comparable
     assert not d.observe(C, 151.0, rate=300e6)  # 2.3x C's own, but under 1.5x what 16 MiB achieved
 
@@ -71,7 +71,7 @@ def test_detector_state_round_trips():
     assert not d.observe(A, 50.0, step=math.log(2.0)) and d.settling  # a step inside: that measurement is dropped
     f = RegimeDetector()
     f.load_state_dict(json.loads(json.dumps(d.state_dict())))
-    assert f.settling and f.observe(A, 49.0) and f.last == {A: 49.0}
+    assert f.settling and f.observe(A, 49.0) and f.seen == {A: [49.0]}
     # a state saved when the detector had a settle mode loads (the key is ignored)
     g = RegimeDetector()
     g.load_state_dict(dict(json.loads(json.dumps(d.state_dict())), settle=False))
@@ -139,7 +139,7 @@ def test_16_bit_configurations_keep_their_precision_through_the_state():
     assert not d.observe(a16, 180.0, rate=60e6)
     e = RegimeDetector(0.15, rate_rise=0.5)
     e.load_state_dict(json.loads(json.dumps(d.state_dict())))
-    assert e.last == {A: 100.0, a16: 180.0} and e.rates == {A: 50e6, a16: 60e6}
+    assert e.seen == {A: [100.0], a16: [180.0]} and e.rates == {A: 50e6, a16: 60e6}
     assert not e.observe(a16, 175.0) and e.observe(A, 180.0)  # each compared with itself only
     g = HarmGuard(A, budget=0.03, span=50)
     g.record(10, A, 100.0, 10, False)
@@ -453,9 +453,9 @@ def test_detector_step_rule_drops_the_mixed_measurement_and_starts_the_regime_at
     assert not d.observe(A, 100.0)
     assert not d.observe(A, 101.0, step=math.log(1.4))  # a 40% step: below 50%
     assert not d.observe(B, 80.0, step=math.log(2.0)) and d.settling and d.rule == "step"  # a configuration new here too
-    assert d.last == {}
+    assert d.seen == {}
     assert d.observe(B, 50.0)  # the next measurement starts the new regime
-    assert d.last == {B: 50.0} and not d.settling
+    assert d.seen == {B: [50.0]} and not d.settling
     off = RegimeDetector(0.15, step_change=None)
     off.observe(A, 100.0)
     assert not off.observe(A, 101.0, step=math.log(3.0)) and not off.settling
@@ -499,7 +499,7 @@ def test_noise_z_raises_the_threshold_to_the_jobs_own_scatter_and_no_higher_than
 def test_noise_z_needs_pair_min_pairs_and_caps_the_threshold():
     from autobyte.core.regime import NOISE_CAP, PAIR_MIN
 
-    d = RegimeDetector(0.15, noise_z=3.0, confirm=None)
+    d = RegimeDetector(0.15, noise_z=3.0, confirm=None, reference_memory=1)  # each pair's gap: 10%
     for s in [100.0, 110.0][: 2] * 3:  # 5 pairs of 10%: not yet enough to read a scatter
         d.observe(A, s)
     assert len(d.gaps) == PAIR_MIN - 1 and d.speed_threshold() == pytest.approx(math.log1p(0.15))
@@ -512,7 +512,7 @@ def test_noise_z_pairs_live_across_regimes_and_in_the_state():
     d = RegimeDetector(0.15, noise_z=3.0)
     _noisy(d, [100.0, 108.0, 97.0, 109.0, 96.0, 108.0, 99.0])
     assert d.observe(A, 40.0)  # a change: the pairs stay, the references go
-    assert d.last == {A: 40.0} and len(d.gaps) == 6
+    assert d.seen == {A: [40.0]} and len(d.gaps) == 6
     e = RegimeDetector(0.15, noise_z=3.0)
     e.load_state_dict(json.loads(json.dumps(d.state_dict())))
     assert list(e.gaps) == pytest.approx(list(d.gaps)) and e.speed_threshold() == pytest.approx(d.speed_threshold())
@@ -523,13 +523,13 @@ def test_a_moderate_speed_change_is_confirmed_by_the_next_measurement_of_its_con
     d = RegimeDetector(0.15)  # confirm=2.0: changes within 2 thresholds (log) wait for the next measurement
     assert not d.observe(A, 100.0)
     assert not d.observe(A, 80.0) and d.suspect is not None and d.suspect[0] == A  # -20%: suspected
-    assert d.last == {A: 100.0}  # the reference stays the measurement before
-    assert d.observe(A, 79.0) and d.rule == "speed" and d.last == {A: 79.0}  # still beyond, same side: the change
+    assert d.seen == {A: [100.0]}  # the reference stays the measurement before
+    assert d.observe(A, 79.0) and d.rule == "speed" and d.seen == {A: [79.0]}  # still beyond, same side: the change
     assert d.suspect is None
 
 
 def test_a_suspicion_the_next_measurement_denies_is_noise_and_raises_the_threshold():
-    d = RegimeDetector(0.15, noise_z=3.0)
+    d = RegimeDetector(0.15, noise_z=3.0, reference_memory=1)  # each pair's gap against the last alone
     for s in [100.0, 104.0, 100.0, 104.0, 100.0, 104.0, 100.0]:
         assert not d.observe(A, s)
     n = len(d.gaps)
@@ -549,7 +549,7 @@ def test_a_large_change_counts_at_once_and_another_configuration_drops_the_suspi
     d.observe(B, 50.0)
     assert not d.observe(A, 75.0) and d.suspect is not None  # +25% on A: suspected
     assert not d.observe(B, 50.0) and d.suspect is None  # B measured: A's suspicion goes unjudged
-    assert d.last[A] == 60.0
+    assert d.seen[A][-1] == 60.0
     off = RegimeDetector(0.15, confirm=None)
     off.observe(A, 100.0)
     assert off.observe(A, 80.0)  # without confirm: at once
@@ -631,3 +631,33 @@ def test_confirm_takes_its_lower_bound_inclusive():
         check_fraction("x", 0, 1.0)
     with pytest.raises(ValueError, match=r"x must be a number in \[2, 5\), but got x=1.5."):
         check_fraction("x", 1.5, 5.0, lowest=2.0)
+
+
+def test_a_change_split_over_two_checks_is_measured_from_the_mean_of_the_last_two():
+    # a tuned run's checks of one configuration on the CPU testbed when its link halved (threshold 0.41 in log units):
+    # against the last check alone each step stays under the threshold; against the mean of the last two, the
+    # second step is a suspicion and the next check confirms it
+    checks = [432.0, 347.0, 251.0, 217.0, 225.0]
+    last = RegimeDetector(0.5, reference_memory=1)
+    assert [last.observe(A, v) for v in checks] == [False] * 5
+    d = RegimeDetector(0.5)
+    assert d.reference_memory == 2
+    assert [d.observe(A, v) for v in checks[:3]] == [False] * 3 and d.suspect is not None
+    assert d.reference(A) == pytest.approx(math.sqrt(432.0 * 347.0))  # the suspicion is not in the reference
+    assert d.observe(A, 217.0) and d.rule == "speed" and d.seen == {A: [217.0]}
+    assert not d.observe(A, 225.0) and d.reference(A) == pytest.approx(math.sqrt(217.0 * 225.0))
+    d.observe(A, 230.0)
+    assert d.seen == {A: [225.0, 230.0]}  # the last two only
+    assert d.reference(B) is None
+    # the references live in the state; a state saved with the last measurement alone still loads
+    e = RegimeDetector(0.5)
+    e.load_state_dict(json.loads(json.dumps(d.state_dict())))
+    assert e.seen == d.seen
+    e.load_state_dict({"last": [[A.partition_bytes, A.credit_bytes, 99.0]]})
+    assert e.seen == {A: [99.0]}
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", None])
+def test_reference_memory_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="reference_memory"):
+        RegimeDetector(0.15, reference_memory=bad)
