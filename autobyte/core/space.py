@@ -226,6 +226,16 @@ class SearchSpace:
         )
         return self.candidates[int(np.argmin(d))]
 
+    def grid_point(self, c: Config) -> Config | None:
+        """The candidate ``c`` counts as: ``c`` itself in the space; outside it, the nearest candidate of its wire
+        precision when less than half a grid step away in both knobs (ByteScheduler's default, 4,000,000 bytes,
+        beside 4 MiB: the two run within the noise of each other, docs/benchmarks.md 2.23); ``None`` otherwise."""
+        if c in self:
+            return c
+        n = self.nearest(c)
+        far = max(abs(math.log2(n.partition_bytes / c.partition_bytes)), abs(math.log2(n.credit_bytes / c.credit_bytes)))
+        return n if n.wire == c.wire and far < 0.5 else None
+
     def to_array(self) -> np.ndarray:
         """``(len, 2)`` float64 array of ``[partition_bytes, credit_bytes]``."""
         return np.array([[c.partition_bytes, c.credit_bytes] for c in self.candidates], dtype=np.float64)

@@ -144,9 +144,12 @@ class Explorer:
         sigma = min(sigma, self.max_sigma)  # beyond it the predictor ranks no better than chance; misses stop the search
         best_known = max(measured.values())
         known = np.array([[c.partition_bytes, c.credit_bytes] for c in measured], dtype=np.float64)
-        done = np.array([c in measured or c == current for c in space])
+        # what was measured, and the configuration in force, count as their grid points (the job's start,
+        # 4,000,000 bytes, as 4 MiB: a trial of one beside the other measures the noise; docs/benchmarks.md 2.23)
+        points = {space.grid_point(c) or c for c in [*measured, current]}
+        done = np.array([c in points for c in space])
         if equivalence is not None:
-            same = equivalence.members([*measured, current])
+            same = equivalence.members(points)
             known = np.vstack([known, cands[equivalence.members(list(measured)) & ~done]])  # what one member measured holds for all
             done |= same
         lp, lc = np.log2(cands[:, :1]), np.log2(cands[:, 1:])

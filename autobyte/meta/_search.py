@@ -201,19 +201,18 @@ class Search:
     @staticmethod
     def _class(c: Config, space: SearchSpace, equivalence: Equivalence | None) -> Any:
         """The candidate ``c`` counts as in a shortlist: its schedule class; a configuration outside ``space`` within
-        half a grid step of a candidate (ByteScheduler's default, 4,000,000 bytes, beside 4 MiB) counts as that one.
+        half a grid step of a candidate (ByteScheduler's default, 4,000,000 bytes, beside 4 MiB) counts as that one
+        (:meth:`~autobyte.core.space.SearchSpace.grid_point`; the explorer counts it so too).
 
         Two configurations less than a grid step apart run within the noise
         of each other: listed apart, a race spent windows telling them
         apart, and the guard tripped 4 times in one run on the grid's one
         against the start (docs/benchmarks.md 2.23).
         """
-        if c not in space:
-            n = space.nearest(c)
-            if n.wire != c.wire or _doublings(n, c) >= 0.5:
-                return (c.partition_bytes, c.credit_bytes)
-            c = n
-        return equivalence.of(c) if equivalence is not None else (c.partition_bytes, c.credit_bytes)
+        point = space.grid_point(c)
+        if point is None:
+            return (c.partition_bytes, c.credit_bytes)
+        return equivalence.of(point) if equivalence is not None else (point.partition_bytes, point.credit_bytes)
 
     def standing(self, shortlist: Sequence[Config], measured: dict[Config, list[float]]) -> tuple[list[Config], Config | None]:
         """The candidates still in the race (in shortlist order) and the leader (``None``: nothing measured yet).

@@ -281,3 +281,19 @@ def test_trial_record_rejects_bad_arguments():
     for best in (0.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="best_known must be a positive finite speed, but got best_known="):
             TrialRecord().expect(B, best)
+
+
+def test_the_start_outside_the_grid_counts_as_its_grid_point_and_is_never_tried_beside_itself():
+    # ByteScheduler's default (4,000,000 bytes, credit 4X) is 0.07 of a doubling below B's partition: a trial of the
+    # grid's <4 MiB> beside it measures the noise (the explorer tried it in a link-then-compute run, 2.7% "slower")
+    start = Config(4_000_000, 4_000_000)
+    assert SPACE.grid_point(start) == B and SPACE.grid_point(B) == B
+    assert SPACE.grid_point(Config(6 * MiB, 6 * MiB)) is None  # 0.58 of a doubling from the nearest: no grid point
+    cfg, _ = _explore([112.0, 130.0, 99.0, 80.0], {start: 100.0}, current=start)
+    assert cfg == A  # B is predicted fastest, and it is the start in all but name: A is tried
+    got = _explore([100.0, 130.0, 99.0, 80.0], {start: 100.0, A: 100.0, C: 99.0, D: 80.0}, current=start)
+    assert got is None  # everything else measured: nothing left to try
+    # one measured outside the grid and more than half a step away is no grid point: its neighbour is still tried
+    far = Config(6 * MiB, 6 * MiB)
+    tried = _explore([100.0, 130.0, 99.0, 80.0], {far: 100.0, A: 100.0, C: 99.0, D: 80.0}, current=far)
+    assert tried is not None and tried[0] == B
