@@ -119,13 +119,15 @@ def replay(checks: Sequence[Check], threshold: float, z: float | None,
     With ``confirm``, a change the detector confirms at the check after a pair across a change is that
     change seen (one check late), not a false alarm of the clean pair it confirms with.
     """
-    det = RegimeDetector(threshold, step_change=None, noise_z=z, confirm=confirm)
+    # against the last check alone, as calibrated (the figures docs/benchmarks.md gives); the detector as it ships
+    # compares with the mean of the last two (``reference_memory``, 2.25; detector_replay.py replays it)
+    det = RegimeDetector(threshold, step_change=None, noise_z=z, confirm=confirm, reference_memory=1)
     last: dict[tuple[int, int], str] = {}
     tally = Tally()
     used: list[float] = []
     for cfg, cond, speed in checks:
         c = Config(*cfg)
-        measured = c in det.last
+        measured = c in det.seen
         thr = det.speed_threshold()
         big = det.observe(c, speed)
         if measured:
