@@ -154,6 +154,11 @@ BYTEPS_DEFAULT = Config(4_096_000, 4_096_000)
 DDP_DEFAULT = Config(25 * MiB, UNLIMITED)
 
 
+def doublings(a: Config, b: Config) -> float:
+    """Powers of two between ``a`` and ``b``: the larger of their partitions' and their credits' distances."""
+    return max(abs(math.log2(a.partition_bytes / b.partition_bytes)), abs(math.log2(a.credit_bytes / b.credit_bytes)))
+
+
 class SearchSpace:
     """A finite, ordered set of candidate configurations.
 
@@ -233,8 +238,7 @@ class SearchSpace:
         if c in self:
             return c
         n = self.nearest(c)
-        far = max(abs(math.log2(n.partition_bytes / c.partition_bytes)), abs(math.log2(n.credit_bytes / c.credit_bytes)))
-        return n if n.wire == c.wire and far < 0.5 else None
+        return n if n.wire == c.wire and doublings(n, c) < 0.5 else None
 
     def to_array(self) -> np.ndarray:
         """``(len, 2)`` float64 array of ``[partition_bytes, credit_bytes]``."""

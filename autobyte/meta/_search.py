@@ -38,7 +38,7 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 
 from autobyte.core.regime import pair_scatter
-from autobyte.core.space import Config, SearchSpace
+from autobyte.core.space import Config, SearchSpace, doublings
 
 from ._ledger import Regime
 from ._plain import _check_range
@@ -46,11 +46,6 @@ from ._scorer import Equivalence
 
 #: gaps between a configuration's window and its running average in the regime read before the job's own noise is used
 GAPS_MIN = 6
-
-
-def _doublings(a: Config, b: Config) -> float:
-    """Powers of two between ``a`` and ``b``: the larger of their partitions' and their credits' distances."""
-    return max(abs(math.log2(a.partition_bytes / b.partition_bytes)), abs(math.log2(a.credit_bytes / b.credit_bytes)))
 
 
 class Search:
@@ -251,7 +246,7 @@ class Search:
         if cfg in measured:
             est, err = measured[cfg], self.sigma()
         else:
-            far = min((_doublings(cfg, c) for c in measured), default=0.0)
+            far = min((doublings(cfg, c) for c in measured), default=0.0)
             est, err = predicted, max(sigma * (1.0 + widen * far), downside)
         return iters * max(0.0, speed / (est * math.exp(-err)) - 1.0)
 
