@@ -15,6 +15,12 @@ credit (the inner tuner):
 * it keeps 16 bits where they measured ``>= 1 + min_gain`` times fp32's
   speed, fp32 otherwise; the decision line names the objective that moved it
   (speed, or exactness);
+* conditions met before are not compared again: where the precision in
+  force measures within ``min_gain`` of its speed in a past comparison (at
+  the same partition and credit) that chose it without doubt, it stays
+  (``WireTuner._met_before``: on a link that returns to a rate, the other
+  precision's trial after every change cost 4-5% of the link-bound
+  iterations, docs/benchmarks.md 1.5);
 * a comparison moves at a check (half a window) where that check leaves no
   doubt (except at the job's first measurement, taken over a whole window:
   the first iterations run cold), and measures again where 16 bits measured a gain outside
@@ -221,6 +227,8 @@ class WireTuner(Tuner):
             return None
         if len(self._speeds.get(other, [])) < need:
             measured = statistics.median(self._speeds[here])
+            if not self._speeds.get(other) and self._met_before(here, measured, at, obs.iteration):
+                return None  # conditions met before, the precision in force chosen there without doubt: it stays
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
         fast, slow = statistics.median(self._speeds[pref.low]), statistics.median(self._speeds["fp32"])
@@ -240,10 +248,39 @@ class WireTuner(Tuner):
             self.chosen = "fp32"
             why = (f"wire fp32, for exactness: {pref.low} measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
                    f"{slow:.1f} samples/s, {counts}), below 1 + min_gain = {1 + pref.min_gain:g}")
-        self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why})
+        self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why,
+                             "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict()})
         if self.chosen == here:
             return None  # nothing moves; observe() logs the choice
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
+
+    def _met_before(self, here: str, measured: float, at: Config, iteration: int) -> bool:
+        """Whether these conditions were met before: ``here`` chosen, without doubt, by a comparison at ``at`` in
+        which ``here`` measured within ``min_gain`` of ``measured``; if so it is chosen again, and logged.
+
+        Only a choice of the precision in force is taken (taking another would move the run, and the move is a
+        trial: the comparison runs as usual). Only a choice without doubt (16 bits at least ``1 + 2 * min_gain``
+        times fp32, or no faster) and only a measured comparison, never a recalled one, so recalls do not drift.
+        The precision in force measuring as it did is the signal: for 16 bits kept at a gain without doubt to be
+        against the preference now, fp32 must have come within ``min_gain`` of them while they run as fast as
+        before: compute ``gain`` times slower and the link faster at once (1.8x on the 200 Mbit/s trace).
+        """
+        pref = self.preference
+        for past in reversed(self.choices):
+            speeds = past.get("speeds")
+            if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != at.to_dict():
+                continue
+            gain = speeds[pref.low] / speeds["fp32"]
+            if 1 < gain < 1 + 2 * pref.min_gain or abs(math.log(measured / speeds[here])) > math.log1p(pref.min_gain):
+                continue
+            self.chosen = here
+            why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
+                   f"{measured:.1f} samples/s, {speeds[here]:.1f} at iteration {past['iteration']}, where {pref.low} "
+                   f"measured {gain:.3f}x fp32); {'fp32' if here == pref.low else pref.low} not measured again")
+            self.choices.append({"iteration": iteration, "wire": here, "gain": gain, "reason": why,
+                                 "recalled": past["iteration"]})
+            return True
+        return False
 
     # ------------------------------------------------------------ the inner tuner
     def _inward(self, obs: Observation) -> tuple[Tuner, Observation]:

@@ -24,10 +24,11 @@ def obs(config: Config, speed: float, it: int, **kw) -> Observation:
 
 
 def speed(config: Config, link_bound: bool) -> float:
-    """fp32 runs 100 samples/s; 16 bits 1.6x that where the link is the bottleneck, 0.98x where compute is."""
+    """Where the link is the bottleneck fp32 runs 100 samples/s and 16 bits 1.6x that; where compute is, fp32 runs 200
+    and 16 bits 0.98x that."""
     if config.wire == "fp32":
-        return 100.0
-    return 160.0 if link_bound else 98.0
+        return 100.0 if link_bound else 200.0
+    return 160.0 if link_bound else 196.0
 
 
 def run(tuner: Tuner, phases: list[tuple[bool, int]], start: Config = START) -> tuple[list[Config], list[Decision]]:
@@ -58,7 +59,7 @@ def test_link_bound_chooses_16_bits_and_compute_bound_goes_back_to_fp32():
     assert t.choices[0]["gain"] == pytest.approx(1.6) and t.choices[1]["gain"] == pytest.approx(0.98)
     # every decision line names the objective that moved it
     assert decisions[0].reason.startswith("wire trial, for speed: bf16 against fp32 (measured 100.0 samples/s")
-    assert decisions[1].reason.startswith("wire trial, for exactness: fp32 against bf16 (measured 98.0 samples/s")
+    assert decisions[1].reason.startswith("wire trial, for exactness: fp32 against bf16 (measured 196.0 samples/s")
     assert t.choices[0]["reason"].startswith("wire bf16, for speed: measured 1.600x fp32")
     assert "for exactness: bf16 measured 0.980x fp32" in t.choices[1]["reason"] and "1 + min_gain = 1.05" in t.choices[1]["reason"]
     assert all(c.partition_bytes == START.partition_bytes and c.credit_bytes == START.credit_bytes for c in configs)
@@ -286,3 +287,76 @@ def test_a_start_at_a_precision_the_preference_does_not_name_is_served_by_fp32s_
     d = t.observe(obs(fp16, 150.0, 10))
     assert [o.config for o in fp32.seen] == [START] and not low.seen
     assert d is not None and d.config.wire == "fp32"  # the comparison: fp32 against the precision in force
+
+
+def feed(t: WireTuner, windows: list[tuple[dict[str, float], bool]], start: Config = START) -> list[str]:
+    """Windows of given speeds per precision (``changed``: the controller saw a change just before), following every
+    decision; the precision of every window."""
+    current = t.start(tc.SPACE, start)
+    wires = []
+    for k, (speeds, changed) in enumerate(windows):
+        wires.append(current.wire)
+        d = t.observe(obs(current, speeds[current.wire], (k + 1) * 10, regime_changed=changed))
+        current = d.config if d is not None else current
+    return wires
+
+
+FAST = {"fp32": 100.0, "bf16": 160.0}  # a link that makes 16 bits 1.6x fp32
+SLOW = {"fp32": 50.0, "bf16": 80.0}  # half that link: still link-bound, 16 bits still 1.6x
+
+
+@pytest.mark.parametrize("again, recalled", [(158.0, True), (152.5, True), (151.0, False), (168.5, False)])
+def test_conditions_met_before_keep_the_precision_chosen_there_without_another_trial(again, recalled):
+    t = WireTuner()
+    back = {"fp32": 100.0, "bf16": again}
+    wires = feed(t, [(FAST, False)] * 3 + [(SLOW, True)] + [(SLOW, False)] * 2 + [(back, True)] + [(back, False)] * 2)
+    # the fast link, then the slow one: each compared (bf16 in force at the change: fp32 measured once)
+    assert wires[:6] == ["fp32", "bf16", "bf16", "bf16", "fp32", "bf16"]
+    if recalled:  # bf16 runs within min_gain (5%) of its speed on the fast link: no fp32 trial, bf16 stays
+        assert wires[6:] == ["bf16"] * 3
+        assert t.chosen == "bf16" and t.choices[-1]["recalled"] == 20
+        assert t.choices[-1]["reason"] == (f"wire bf16, for speed: conditions met before (bf16 measured {again:.1f} samples/s, "
+                                           "160.0 at iteration 20, where bf16 measured 1.600x fp32); fp32 not measured again")
+    else:  # further from it than min_gain: not the same conditions, compared again
+        assert wires[6:] == ["bf16", "fp32", "bf16"]
+        assert "recalled" not in t.choices[-1] and "speeds" in t.choices[-1]
+
+
+def test_a_false_change_under_fp32_chosen_without_doubt_moves_nothing():
+    compute = {"fp32": 200.0, "bf16": 190.0}  # 0.95x: fp32 without doubt
+    t = WireTuner()
+    wires = feed(t, [(compute, False)] * 3 + [(compute, True)] + [(compute, False)] * 2)
+    assert wires == ["fp32", "bf16", "fp32", "fp32", "fp32", "fp32"]
+    assert t.choices[-1]["wire"] == "fp32" and t.choices[-1]["recalled"] == 20 and "for exactness: conditions met" in t.choices[-1]["reason"]
+
+
+@pytest.mark.parametrize("speeds", [{"fp32": 100.0, "bf16": 107.0}, {"fp32": 100.0, "bf16": 103.0}])
+def test_a_choice_made_in_doubt_is_not_taken_again(speeds):
+    # 1.07x (bf16) and 1.03x (fp32) are within 2 * min_gain of 1: conditions met again are compared again
+    t = WireTuner(preference=AutoWire(windows=1))
+    wires = feed(t, [(speeds, False)] * 3 + [(speeds, True)] + [(speeds, False)] * 2)
+    assert len([c for c in t.choices if "speeds" in c]) == 2 and not any("recalled" in c for c in t.choices)
+    assert wires[3] != wires[4]  # a trial of the other precision after the change
+
+
+def test_recalls_are_of_measured_comparisons_only_and_at_the_same_partition_and_credit():
+    t = WireTuner()
+    near = {"fp32": 100.0, "bf16": 155.0}  # within 5% of the fast link's 160
+    drift = {"fp32": 100.0, "bf16": 149.0}  # within 5% of 155 (a recall), not of 160 (the comparison measured)
+    wires = feed(t, [(FAST, False)] * 3 + [(near, True)] * 1 + [(near, False)] + [(drift, True)] + [(drift, False)] * 2)
+    assert t.choices[1]["recalled"] == 20  # near: met before
+    assert wires[5:] == ["bf16", "fp32", "bf16"]  # drift: compared again, not recalled from the recall
+    other = WireTuner()
+    other.start(tc.SPACE, START)
+    other.choices = [dict(t.choices[0], at=Config(MiB, MiB).to_dict())]
+    assert not other._met_before("bf16", 160.0, START, 100)
+
+
+def test_a_state_round_trip_keeps_what_was_compared():
+    a = WireTuner()
+    feed(a, [(FAST, False)] * 3)
+    b = WireTuner()
+    b.start(tc.SPACE, replace(START, wire="bf16"))
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert b.observe(obs(replace(START, wire="bf16"), 159.0, 100, regime_changed=True)) is None
+    assert b.chosen == "bf16" and b.choices[-1]["recalled"] == 20
