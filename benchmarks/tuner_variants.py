@@ -42,6 +42,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   threshold, or a step inside a check, counts at once, not after the next check confirms it.
 * ``autobyte-last-check-reference``: the controller's detector compares a configuration's measurement with its last
   one alone (``reference_memory=1``), not with the mean of its last two in these conditions.
+* ``autobyte-explorer-exact-points``: AutoByte whose explorer counts what was measured and the configuration in force
+  as themselves, not as their grid points (:class:`~autobyte.meta._explorer.Explorer` as it was before ``57a7882``).
 * ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
   conditions seen at another configuration and never runs the start to measure it (``guard_measure_after=None``).
 * ``autobyte-last-window-reference``: the controller's do-no-harm guard takes the start's last window alone for its
@@ -194,6 +196,37 @@ class LastCheckReference(AutoByteTuner):
 
 
 register_tuner("autobyte-last-check-reference", LastCheckReference)
+
+
+class _ExactPoints(SearchSpace):
+    """A search space whose candidates count as themselves alone: no configuration outside it has a grid point."""
+
+    def grid_point(self, c: Config) -> Config | None:
+        return c if c in self else None
+
+
+class ExplorerOfExactPoints(Explorer):
+    """The explorer as it was before it counted what was measured, and the configuration in force, by their grid
+    points: the job's start (4,000,000 bytes) apart from <4 MiB, 4X>, and only the start's own class done with it."""
+
+    _spaces: dict[int, tuple[SearchSpace, SearchSpace]] = {}
+
+    def propose(self, space: SearchSpace, *args: Any, **kwargs: Any) -> Any:
+        kept = self._spaces.get(id(space))
+        if kept is None or kept[0] is not space:
+            kept = self._spaces[id(space)] = (space, _ExactPoints(space.candidates))
+        return super().propose(kept[1], *args, **kwargs)
+
+
+class ExactPointsExplorer(AutoByteTuner):
+    """AutoByte whose explorer does not count configurations by their grid points (:class:`ExplorerOfExactPoints`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.explorer.__class__ = ExplorerOfExactPoints
+
+
+register_tuner("autobyte-explorer-exact-points", ExactPointsExplorer)
 
 
 class CarriedReference(AutoByteTuner):
