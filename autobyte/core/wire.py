@@ -200,17 +200,19 @@ class WireTuner(Tuner):
         return wire if wire in self.inners and self.inners[wire] is not self.inner else "fp32"
 
     # ------------------------------------------------------------ the comparison
-    def _needed(self) -> int:
-        """Windows each precision needs: one where the first of each leaves no doubt, else ``windows``.
+    def _without_doubt(self, gain: float) -> bool:
+        """Whether 16 bits' measured ``gain`` over fp32 leaves no doubt: no faster, or faster by twice ``min_gain``
+        (a window's noise on these hosts is a few percent: docs/benchmarks.md section 6.4)."""
+        return gain <= 1 or gain >= 1 + 2 * self.preference.min_gain
 
-        No doubt: 16 bits measured no faster than fp32, or faster by twice ``min_gain`` (a window's noise on
-        these hosts is a few percent: docs/benchmarks.md section 6.4).
-        """
+    def _needed(self) -> int:
+        """Windows each precision needs: one where the first of each leaves no doubt (:meth:`_without_doubt`),
+        else ``windows``."""
         pref = self.preference
         if not all(self._speeds.get(w) for w in ("fp32", pref.low)):
             return 1
         gain = statistics.median(self._speeds[pref.low]) / statistics.median(self._speeds["fp32"])
-        return 1 if gain <= 1 or gain >= 1 + 2 * pref.min_gain else pref.windows
+        return 1 if self._without_doubt(gain) else pref.windows
 
     def _compare(self, obs: Observation) -> Decision | None:
         """Measure both precisions at the configuration in force; the decision once both have their windows."""
@@ -265,13 +267,13 @@ class WireTuner(Tuner):
         against the preference now, fp32 must have come within ``min_gain`` of them while they run as fast as
         before: compute ``gain`` times slower and the link faster at once (1.8x on the 200 Mbit/s trace).
         """
-        pref = self.preference
+        pref, where = self.preference, at.to_dict()
         for past in reversed(self.choices):
             speeds = past.get("speeds")
-            if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != at.to_dict():
+            if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != where:
                 continue
             gain = speeds[pref.low] / speeds["fp32"]
-            if 1 < gain < 1 + 2 * pref.min_gain or abs(math.log(measured / speeds[here])) > math.log1p(pref.min_gain):
+            if not self._without_doubt(gain) or abs(math.log(measured / speeds[here])) > math.log1p(pref.min_gain):
                 continue
             self.chosen = here
             why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
