@@ -209,12 +209,10 @@ class ExplorerOfExactPoints(Explorer):
     """The explorer as it was before it counted what was measured, and the configuration in force, by their grid
     points: the job's start (4,000,000 bytes) apart from <4 MiB, 4X>, and only the start's own class done with it."""
 
-    _spaces: dict[int, tuple[SearchSpace, SearchSpace]] = {}
-
     def propose(self, space: SearchSpace, *args: Any, **kwargs: Any) -> Any:
-        kept = self._spaces.get(id(space))
+        kept = getattr(self, "_exact", None)  # the job's space and its copy without grid points, built once
         if kept is None or kept[0] is not space:
-            kept = self._spaces[id(space)] = (space, _ExactPoints(space.candidates))
+            kept = self._exact = (space, _ExactPoints(space.candidates))
         return super().propose(kept[1], *args, **kwargs)
 
 

@@ -77,26 +77,18 @@ def test_the_guard_that_trips_on_a_suspicion_is_the_shipped_guard_without_the_wa
     assert ctl.detector.suspect is not None and trips == [0, 0, 1]  # it trips on the suspected check itself
 
 
-def test_the_explorer_of_exact_points_is_the_shipped_explorer_without_grid_points(names):
+def test_the_explorer_of_exact_points_is_the_shipped_explorer_without_grid_points(names, monkeypatch):
     from autobyte.core import Config, MiB, SearchSpace
+    from autobyte.meta._explorer import Explorer
 
     t = _build("autobyte-explorer-exact-points")
     assert type(t.explorer).__name__ == "ExplorerOfExactPoints" and type(AutoByteTuner(MetaNetwork.load_default()).explorer).__name__ == "Explorer"
     space = SearchSpace([Config(4 * MiB, 16 * MiB), Config(MiB, 4 * MiB)])
     start = Config(4_000_000, 16_000_000)  # ByteScheduler's default, half a grid step from <4 MiB, 4X>
     seen = []
-    real = type(t.explorer).__mro__[1].propose
-
-    def spy(self, sp, *args, **kwargs):
-        seen.append(sp)
-        return None
-
-    type(t.explorer).__mro__[1].propose = spy
-    try:
-        t.explorer.propose(space)
-        t.explorer.propose(space)
-    finally:
-        type(t.explorer).__mro__[1].propose = real
+    monkeypatch.setattr(Explorer, "propose", lambda self, sp, *args, **kwargs: seen.append(sp))
+    t.explorer.propose(space)
+    t.explorer.propose(space)
     assert space.grid_point(start) == Config(4 * MiB, 16 * MiB)
     assert seen[0] is seen[1] and list(seen[0]) == list(space) and seen[0].grid_point(start) is None
     assert seen[0].grid_point(Config(MiB, 4 * MiB)) == Config(MiB, 4 * MiB)
