@@ -44,6 +44,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   one alone (``reference_memory=1``), not with the mean of its last two in these conditions.
 * ``autobyte-explorer-exact-points``: AutoByte whose explorer counts what was measured and the configuration in force
   as themselves, not as their grid points (:class:`~autobyte.meta._explorer.Explorer` as it was before ``57a7882``).
+* ``autobyte-last-check-exact-points``: both at once, the tuner as it was at ``a508e09``, before ``bc0a35ab`` and
+  ``57a7882``, for an A/B of the two together in one run.
 * ``autobyte-carried-reference``: the controller's do-no-harm guard carries the start's speed across every change of
   conditions seen at another configuration and never runs the start to measure it (``guard_measure_after=None``).
 * ``autobyte-last-window-reference``: the controller's do-no-harm guard takes the start's last window alone for its
@@ -225,6 +227,16 @@ class ExactPointsExplorer(AutoByteTuner):
 
 
 register_tuner("autobyte-explorer-exact-points", ExactPointsExplorer)
+
+
+class LastCheckExactPoints(ExactPointsExplorer):
+    """AutoByte with both of the last two changes undone: the detector's reference is the last check alone, and the
+    explorer counts configurations as themselves, not as their grid points (the tuner of ``a508e09``)."""
+
+    reference_memory = 1
+
+
+register_tuner("autobyte-last-check-exact-points", LastCheckExactPoints)
 
 
 class CarriedReference(AutoByteTuner):

@@ -92,3 +92,17 @@ def test_the_explorer_of_exact_points_is_the_shipped_explorer_without_grid_point
     assert space.grid_point(start) == Config(4 * MiB, 16 * MiB)
     assert seen[0] is seen[1] and list(seen[0]) == list(space) and seen[0].grid_point(start) is None
     assert seen[0].grid_point(Config(MiB, 4 * MiB)) == Config(MiB, 4 * MiB)
+
+
+def test_the_tuner_before_the_mean_and_the_grid_points_has_both_undone(names):
+    from autobyte.core import Config, Controller, MiB, SearchSpace
+
+    t = _build("autobyte-last-check-exact-points")
+    assert type(t.explorer).__name__ == "ExplorerOfExactPoints"
+    a = Config(MiB, MiB)
+    ctl = Controller(t, SearchSpace([a, Config(2 * MiB, 2 * MiB)]), a, "allreduce", [1000, 1000],
+                     window_iters=10, check_iters=5, warmup_iters=0)
+    assert ctl.detector is not None and ctl.detector.reference_memory == 1
+    shipped = Controller(AutoByteTuner(MetaNetwork.load_default(), background=False), SearchSpace([a]), a, "allreduce",
+                         [1000, 1000], window_iters=10, check_iters=5, warmup_iters=0)
+    assert shipped.detector is not None and shipped.detector.reference_memory == 2
