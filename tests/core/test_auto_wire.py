@@ -360,3 +360,54 @@ def test_a_state_round_trip_keeps_what_was_compared():
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
     assert b.observe(obs(replace(START, wire="bf16"), 159.0, 100, regime_changed=True)) is None
     assert b.chosen == "bf16" and b.choices[-1]["recalled"] == 20
+
+
+def _fast_then_mid() -> tuple[WireTuner, Config]:
+    """bf16 chosen on the fast link (160 samples/s against fp32's 100, iteration 20), then in conditions where it runs
+    300 against fp32's 260 (1.15x); bf16 in force."""
+    t = WireTuner()
+    feed(t, [(FAST, False)] * 3)
+    bf16 = replace(START, wire="bf16")
+    d = t.observe(obs(bf16, 300.0, 40, regime_changed=True, iterations=10))
+    assert d is not None and d.config.wire == "fp32"  # 160 is nowhere near what this check may hide: a trial at once
+    d = t.observe(obs(d.config, 260.0, 50))
+    assert d is not None and d.config == bf16 and t.chosen == "bf16"
+    assert t.observe(obs(bf16, 300.0, 60)) is None
+    return t, bf16
+
+
+# the return to the fast link read by a check whose first iteration ran at the old 300 samples/s: 5 / (1/300 + 4/160)
+MIXED_RETURN = 5 / (1 / 300 + 4 / 160)
+
+
+@pytest.mark.parametrize("clean, recalled", [(160.0, True), (130.0, False)])
+def test_a_change_whose_first_iteration_may_hide_conditions_met_before_is_measured_again(clean, recalled):
+    t, bf16 = _fast_then_mid()
+    assert abs(MIXED_RETURN / 160 - 1) > 0.05  # the check alone is not within min_gain of the fast link's 160
+    assert t.observe(obs(bf16, MIXED_RETURN, 65, regime_changed=True, iterations=5)) is None  # no fp32 trial yet
+    d = t.check(obs(bf16, clean, 70, window_share=0.5, iterations=5))
+    if recalled:  # measured cleanly: conditions met before, bf16 stays without a trial
+        assert d is None and t.observe(obs(bf16, clean, 75, iterations=10)) is None
+        assert t.chosen == "bf16" and t.choices[-1]["recalled"] == 20
+    else:  # measured cleanly, and not as before: the comparison runs
+        assert d is not None and d.config.wire == "fp32" and t.chosen is None
+
+
+def test_a_change_whose_range_holds_no_past_speed_is_compared_at_once():
+    t, bf16 = _fast_then_mid()
+    slow = 5 / (1 / 300 + 4 / 80)  # a slower link than any met: 80 samples/s, the first iteration at 300
+    d = t.observe(obs(bf16, slow, 65, regime_changed=True, iterations=5))
+    assert d is not None and d.config.wire == "fp32"
+    # not told how many iterations the check held: no range, the comparison runs as before
+    t, bf16 = _fast_then_mid()
+    d = t.observe(obs(bf16, MIXED_RETURN, 65, regime_changed=True))
+    assert d is not None and d.config.wire == "fp32"
+
+
+def test_the_last_measurement_survives_a_state_round_trip():
+    a, bf16 = _fast_then_mid()
+    b = WireTuner()
+    b.start(tc.SPACE, bf16)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert b._last == (bf16, 300.0)
+    assert b.observe(obs(bf16, MIXED_RETURN, 65, regime_changed=True, iterations=5)) is None
