@@ -58,10 +58,6 @@ class Observation:
             neither regime (not a measurement to keep); ``regime_changed`` is
             set, and the next check, wholly in the new conditions, comes
             without it.
-        iterations: the iterations ``speed`` was measured over (0: not
-            told). At most one of them, the first of a check that shows a
-            change by speed, can have run in both conditions (a step inside
-            a check needs two iterations on each side to be read as one).
     """
 
     iteration: int
@@ -72,7 +68,6 @@ class Observation:
     harm_allowance: float | None = None
     window_share: float = 1.0
     mixed: bool = False
-    iterations: int = 0
 
 
 @dataclass(frozen=True)
@@ -356,7 +351,7 @@ class Controller:
             # the tuner hears of it now, to act on what it knows of the conditions, but keeps nothing of this speed
             obs = Observation(iteration, self.current, speed, features, regime_changed=True, mixed=True,
                               harm_allowance=None if guard is None else guard.allowance(),
-                              window_share=windows[0].n_iters / self.window_iters, iterations=windows[0].n_iters)
+                              window_share=windows[0].n_iters / self.window_iters)
             self.n_windows += 1
             return self._record(iteration, speed, self._ask(obs, "observe"), windows[0].n_iters,
                                 {"regime_changed": True, "regime_rule": self.detector.rule, "mixed": True})
@@ -378,7 +373,7 @@ class Controller:
             # a window in progress: the tuner may end it here (a trial that already measures badly)
             obs = Observation(iteration, self.current, speed, features,
                               harm_allowance=None if guard is None else guard.allowance(),
-                              window_share=windows[0].n_iters / self.window_iters, iterations=windows[0].n_iters)
+                              window_share=windows[0].n_iters / self.window_iters)
             decision = self._ask(obs, "check")
             if decision is None:
                 return None
@@ -403,7 +398,7 @@ class Controller:
         n_iters = merged[0].n_iters
         obs = Observation(iteration, self.current, speed, features, regime_changed=new_regime,
                           harm_allowance=None if guard is None else guard.allowance(),
-                          window_share=min(1.0, n_iters / self.window_iters), iterations=n_iters)
+                          window_share=min(1.0, n_iters / self.window_iters))
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
         decision = self._ask(obs, "observe") if self.tuning else None

@@ -183,8 +183,6 @@ class WireTuner(Tuner):
         self._saw: dict[str, tuple[int, str]] = {}
         #: every choice made: iteration, precision, 16 bits' measured gain over fp32, the reason
         self.choices: list[dict[str, Any]] = []
-        #: the configuration and speed of the last measurement told (``None``: none yet)
-        self._last: tuple[Config, float] | None = None
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
@@ -192,7 +190,7 @@ class WireTuner(Tuner):
         for wire, t in self.inners.items():
             if self._key(wire) != self._key(initial.wire):
                 t.start(space, _fp32(initial))
-        self._speeds, self._at, self.chosen, self._changes, self._last = {}, None, None, 0, None
+        self._speeds, self._at, self.chosen, self._changes = {}, None, None, 0
         self._saw = {self._key(initial.wire): (0, initial.wire)}
         return replace(first, wire=initial.wire)
 
@@ -216,17 +214,12 @@ class WireTuner(Tuner):
         gain = statistics.median(self._speeds[pref.low]) / statistics.median(self._speeds["fp32"])
         return 1 if self._without_doubt(gain) else pref.windows
 
-    def _compare(self, obs: Observation, before: tuple[Config, float] | None) -> Decision | None:
-        """Measure both precisions at the configuration in force; the decision once both have their windows.
-        ``before``: the configuration and speed of the measurement told before ``obs``."""
+    def _compare(self, obs: Observation) -> Decision | None:
+        """Measure both precisions at the configuration in force; the decision once both have their windows."""
         pref, here = self.preference, obs.config.wire
         at = _fp32(obs.config)
         if self._at != at:  # the comparison runs at one partition and credit
             self._at, self._speeds = at, {}
-        if obs.regime_changed and not obs.mixed and not self._speeds and self._may_be_met_before(obs, before, at):
-            _log.info("autobyte: iteration %d: wire: conditions may be ones met before, %s measured again at the next "
-                      "check (this one may hold the iteration in which they changed)", obs.iteration, here)
-            return None
         if not obs.mixed and obs.window_share >= 0.5 and math.isfinite(obs.speed) and obs.speed > 0:
             self._speeds.setdefault(here, []).append(obs.speed)
         other = pref.low if here == "fp32" else "fp32"
@@ -263,43 +256,6 @@ class WireTuner(Tuner):
             return None  # nothing moves; observe() logs the choice
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
 
-    def _recallable(self, here: str, at: Config) -> list[tuple[dict[str, Any], float]]:
-        """Past measured comparisons at ``at`` that chose ``here`` without doubt, newest first, each with 16 bits'
-        gain over fp32 in it (what :meth:`_met_before` may take again)."""
-        pref, where, found = self.preference, at.to_dict(), []
-        for past in reversed(self.choices):
-            speeds = past.get("speeds")
-            if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != where:
-                continue
-            gain = speeds[pref.low] / speeds["fp32"]
-            if self._without_doubt(gain):
-                found.append((past, gain))
-        return found
-
-    def _may_be_met_before(self, obs: Observation, before: tuple[Config, float] | None, at: Config) -> bool:
-        """Whether the check that showed a change by speed may hide conditions met before, which it does not show.
-
-        Its first iteration can have run in the conditions before (a step
-        inside a check is read with two iterations on each side), at up to
-        their speed ``before``. The new conditions' speed then lies between
-        the measured one and that of the check's other iterations with the
-        first at the old speed. Where a past comparison that :meth:`_met_before`
-        may take again measured the precision in force within ``min_gain`` of
-        that range, but not of the measured speed, the next check measures it
-        cleanly. On the 1.5 trace bf16 read 111.8 samples/s at the return to
-        200 Mbit/s and 94.4 at the comparison there before, so fp32 was tried
-        again in a link-bound phase (docs/benchmarks.md 1.5).
-        """
-        n, here = obs.iterations, obs.config.wire
-        if before is None or before[0] != obs.config or n < 2 or not (obs.speed > 0 and before[1] > 0):
-            return False
-        rest = n / obs.speed - 1 / before[1]  # time per sample of the other n - 1 iterations, the first at the old speed
-        other = (n - 1) / rest if rest > 0 else math.inf
-        band = math.log1p(self.preference.min_gain)
-        lo, hi = math.log(min(obs.speed, other)) - band, math.log(max(obs.speed, other)) + band
-        pasts = [math.log(past["speeds"][here]) for past, _ in self._recallable(here, at)]
-        return any(lo <= p <= hi for p in pasts) and not any(abs(p - math.log(obs.speed)) <= band for p in pasts)
-
     def _met_before(self, here: str, measured: float, at: Config, iteration: int) -> bool:
         """Whether these conditions were met before: ``here`` chosen, without doubt, by a comparison at ``at`` in
         which ``here`` measured within ``min_gain`` of ``measured``; if so it is chosen again, and logged.
@@ -311,10 +267,13 @@ class WireTuner(Tuner):
         against the preference now, fp32 must have come within ``min_gain`` of them while they run as fast as
         before: compute ``gain`` times slower and the link faster at once (1.8x on the 200 Mbit/s trace).
         """
-        pref = self.preference
-        for past, gain in self._recallable(here, at):
-            speeds = past["speeds"]
-            if abs(math.log(measured / speeds[here])) > math.log1p(pref.min_gain):
+        pref, where = self.preference, at.to_dict()
+        for past in reversed(self.choices):
+            speeds = past.get("speeds")
+            if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != where:
+                continue
+            gain = speeds[pref.low] / speeds["fp32"]
+            if not self._without_doubt(gain) or abs(math.log(measured / speeds[here])) > math.log1p(pref.min_gain):
                 continue
             self.chosen = here
             why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
@@ -345,7 +304,6 @@ class WireTuner(Tuner):
         return Decision(replace(d.config, wire=wire), f"partition and credit, for speed: {d.reason}", d.predicted_speed)
 
     def observe(self, obs: Observation) -> Decision | None:
-        before, self._last = self._last, (obs.config, obs.speed)
         if obs.regime_changed:  # new conditions: what either precision measured belongs to the old ones
             self._speeds, self._at, self.chosen = {}, None, None
             self._changes += 1
@@ -357,14 +315,13 @@ class WireTuner(Tuner):
             # the inner tuner keeps its records; its decision waits for the comparison (as under a guard's hold)
             tuner.observe(inner)
             n = len(self.choices)
-            d = self._compare(obs, before)
+            d = self._compare(obs)
             if d is None and len(self.choices) > n:
                 _log.info("autobyte: iteration %d: %s", obs.iteration, self.choices[-1]["reason"])
             return d
         return self._outward(tuner.observe(inner), self.chosen)
 
     def check(self, obs: Observation) -> Decision | None:
-        before, self._last = self._last, (obs.config, obs.speed)
         if self.chosen is None:
             # a comparison moves at a check where the check leaves no doubt (a trial, or the other precision
             # chosen); otherwise nothing of the check is kept: the full window brings the same iterations again.
@@ -373,7 +330,7 @@ class WireTuner(Tuner):
             if obs.regime_changed or obs.mixed or (self._changes == 0 and not self.choices and not self._speeds):
                 return None
             kept = ({k: list(v) for k, v in self._speeds.items()}, self._at, len(self.choices))
-            d = self._compare(obs, before)
+            d = self._compare(obs)
             if d is None:
                 self._speeds, self._at, self.chosen = kept[0], kept[1], None
                 del self.choices[kept[2]:]
@@ -389,8 +346,7 @@ class WireTuner(Tuner):
         return {"inner": self.inner.state_dict(), **({"low_inner": self.inners[low].state_dict()} if self._key(low) == low else {}),
                 "speeds": {k: list(v) for k, v in self._speeds.items()},
                 "at": None if self._at is None else self._at.to_dict(), "chosen": self.chosen, "changes": self._changes,
-                "saw": {k: list(v) for k, v in self._saw.items()}, "choices": list(self.choices),
-                "last": None if self._last is None else [self._last[0].to_dict(), self._last[1]]}
+                "saw": {k: list(v) for k, v in self._saw.items()}, "choices": list(self.choices)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state.get("inner", {}))
@@ -409,6 +365,4 @@ class WireTuner(Tuner):
         elif state.get("inner_wire") in WIRES:  # a state saved with one inner tuner and the precision it last saw
             self._saw = {"fp32": (self._changes, str(state["inner_wire"]))}
         self.choices = list(state.get("choices", []))
-        last = state.get("last")
-        self._last = None if not last else (Config.from_dict(last[0]), float(last[1]))
 
