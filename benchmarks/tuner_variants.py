@@ -229,11 +229,10 @@ class ExactPointsExplorer(AutoByteTuner):
 register_tuner("autobyte-explorer-exact-points", ExactPointsExplorer)
 
 
-class LastCheckExactPoints(ExactPointsExplorer):
-    """AutoByte with both of the last two changes undone: the detector's reference is the last check alone, and the
-    explorer counts configurations as themselves, not as their grid points (the tuner of ``a508e09``)."""
-
-    reference_memory = 1
+class LastCheckExactPoints(LastCheckReference, ExactPointsExplorer):
+    """AutoByte with both of the last two changes undone: the detector's reference is the last check alone
+    (:class:`LastCheckReference`), and the explorer counts configurations as themselves, not as their grid points
+    (:class:`ExactPointsExplorer`); the tuner of ``a508e09``."""
 
 
 register_tuner("autobyte-last-check-exact-points", LastCheckExactPoints)
