@@ -17,7 +17,8 @@ start), the precision in force at every iteration, the wire's decisions.
 
 Writes ``OUT/summary.json`` and ``OUT/summary.md``: speed of ``auto``
 against static bf16 and fp32 (whole run, median and range of rounds), and the
-share of iterations ``auto`` ran at fp32 in each kind of phase.
+share of iterations ``auto`` ran at fp32 in each kind of phase; and
+``OUT/runs.json``, the raw data: every run's time and precision per iteration.
 """
 
 from __future__ import annotations
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/bench_wire_auto.py " + " ".join(argv if argv is not None else sys.argv[1:])
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump({**s, "command": command}, f, indent=1)
+    with open(os.path.join(args.out, "runs.json"), "w") as f:
+        json.dump({m: [{"iter_s": r["iter_s"], "wires": r["wires"]} for r in rs] for m, rs in runs.items()}, f)
     text = markdown(s, command)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)

@@ -58,6 +58,12 @@ class Observation:
             neither regime (not a measurement to keep); ``regime_changed`` is
             set, and the next check, wholly in the new conditions, comes
             without it.
+        change_threshold: the relative change of one configuration's speed
+            the controller reads as a change of conditions now (its
+            detector's threshold: ``regime_change``, raised by the job's own
+            noise where the tuner sets ``noise_z``); ``None``: the controller
+            tells no conditions apart. Speeds closer than this are, to the
+            controller, the same conditions.
     """
 
     iteration: int
@@ -68,6 +74,7 @@ class Observation:
     harm_allowance: float | None = None
     window_share: float = 1.0
     mixed: bool = False
+    change_threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -344,6 +351,7 @@ class Controller:
         told = self.detector is not None and self.detector.settling  # at the mixed check before this one
         changed = self.detector.observe(self.current, speed, rate, within_step(iter_times)) if self.detector is not None else False
         guard = self.guard if self.tuning else None
+        threshold = None if self.detector is None else math.expm1(self.detector.speed_threshold())
         if self.detector is not None and self.detector.settling and self.tuning:
             # conditions changed inside this check: it belongs to neither regime (the guard,
             # the window and the tuner's measurements start again from the next check, wholly in the new one)
@@ -351,7 +359,7 @@ class Controller:
             # the tuner hears of it now, to act on what it knows of the conditions, but keeps nothing of this speed
             obs = Observation(iteration, self.current, speed, features, regime_changed=True, mixed=True,
                               harm_allowance=None if guard is None else guard.allowance(),
-                              window_share=windows[0].n_iters / self.window_iters)
+                              window_share=windows[0].n_iters / self.window_iters, change_threshold=threshold)
             self.n_windows += 1
             return self._record(iteration, speed, self._ask(obs, "observe"), windows[0].n_iters,
                                 {"regime_changed": True, "regime_rule": self.detector.rule, "mixed": True})
@@ -373,7 +381,7 @@ class Controller:
             # a window in progress: the tuner may end it here (a trial that already measures badly)
             obs = Observation(iteration, self.current, speed, features,
                               harm_allowance=None if guard is None else guard.allowance(),
-                              window_share=windows[0].n_iters / self.window_iters)
+                              window_share=windows[0].n_iters / self.window_iters, change_threshold=threshold)
             decision = self._ask(obs, "check")
             if decision is None:
                 return None
@@ -398,7 +406,7 @@ class Controller:
         n_iters = merged[0].n_iters
         obs = Observation(iteration, self.current, speed, features, regime_changed=new_regime,
                           harm_allowance=None if guard is None else guard.allowance(),
-                          window_share=min(1.0, n_iters / self.window_iters))
+                          window_share=min(1.0, n_iters / self.window_iters), change_threshold=threshold)
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
         decision = self._ask(obs, "observe") if self.tuning else None

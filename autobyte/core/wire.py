@@ -16,11 +16,13 @@ credit (the inner tuner):
   speed, fp32 otherwise; the decision line names the objective that moved it
   (speed, or exactness);
 * conditions met before are not compared again: where the precision in
-  force measures within ``min_gain`` of its speed in a past comparison (at
-  the same partition and credit) that chose it without doubt, it stays
-  (``WireTuner._met_before``: on a link that returns to a rate, the other
-  precision's trial after every change cost 4-5% of the link-bound
-  iterations, docs/benchmarks.md 1.5);
+  force measures as it did in a past comparison (at the same partition and
+  credit) that chose it without doubt, it stays (``WireTuner._met_before``:
+  on a link that returns to a rate, the other precision's trial after every
+  change cost 4-5% of the link-bound iterations, docs/benchmarks.md 1.5).
+  "As it did" is the controller's own notion of the same conditions: within
+  its detector's threshold (``Observation.change_threshold``, 15% by
+  default), a speed change it would not read as a change of conditions;
 * a comparison moves at a check (half a window) where that check leaves no
   doubt (except at the job's first measurement, taken over a whole window:
   the first iterations run cold), and measures again where 16 bits measured a gain outside
@@ -229,7 +231,7 @@ class WireTuner(Tuner):
             return None
         if len(self._speeds.get(other, [])) < need:
             measured = statistics.median(self._speeds[here])
-            if not self._speeds.get(other) and self._met_before(here, measured, at, obs.iteration):
+            if not self._speeds.get(other) and self._met_before(here, measured, at, obs.iteration, obs.change_threshold):
                 return None  # conditions met before, the precision in force chosen there without doubt: it stays
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
@@ -256,28 +258,39 @@ class WireTuner(Tuner):
             return None  # nothing moves; observe() logs the choice
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
 
-    def _met_before(self, here: str, measured: float, at: Config, iteration: int) -> bool:
+    def _met_before(self, here: str, measured: float, at: Config, iteration: int, threshold: float | None) -> bool:
         """Whether these conditions were met before: ``here`` chosen, without doubt, by a comparison at ``at`` in
-        which ``here`` measured within ``min_gain`` of ``measured``; if so it is chosen again, and logged.
+        which ``here`` measured within ``threshold`` of ``measured``; if so it is chosen again, and logged.
+
+        ``threshold`` is the controller's: the relative speed change it reads as a change of conditions
+        (``Observation.change_threshold``); a smaller one is, to the controller, the same conditions. ``None``
+        (a controller that tells no conditions apart): nothing is met before. Not ``min_gain``: two checks of one
+        configuration on the slow link of docs/benchmarks.md 1.5 differ by a few percent (its iterations by
+        ~10%): at ``min_gain`` (5%) a return to that link read bf16 at 97.3 against 102.7 samples/s, 5.4% apart,
+        and fp32 was tried again at 1.8x bf16's time.
 
         Only a choice of the precision in force is taken (taking another would move the run, and the move is a
         trial: the comparison runs as usual). Only a choice without doubt (16 bits at least ``1 + 2 * min_gain``
         times fp32, or no faster) and only a measured comparison, never a recalled one, so recalls do not drift.
         The precision in force measuring as it did is the signal: for 16 bits kept at a gain without doubt to be
-        against the preference now, fp32 must have come within ``min_gain`` of them while they run as fast as
-        before: compute ``gain`` times slower and the link faster at once (1.8x on the 200 Mbit/s trace).
+        against the preference now, fp32 must have come within ``min_gain`` of them while they run within
+        ``threshold`` of before: compute about ``gain`` times slower and the link faster at once (1.8x on the 200
+        Mbit/s trace).
         """
         pref, where = self.preference, at.to_dict()
+        if threshold is None:
+            return False
         for past in reversed(self.choices):
             speeds = past.get("speeds")
             if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != where:
                 continue
             gain = speeds[pref.low] / speeds["fp32"]
-            if not self._without_doubt(gain) or abs(math.log(measured / speeds[here])) > math.log1p(pref.min_gain):
+            if not self._without_doubt(gain) or abs(math.log(measured / speeds[here])) > math.log1p(threshold):
                 continue
             self.chosen = here
             why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
-                   f"{measured:.1f} samples/s, {speeds[here]:.1f} at iteration {past['iteration']}, where {pref.low} "
+                   f"{measured:.1f} samples/s, {speeds[here]:.1f} at iteration {past['iteration']}, within the controller's "
+                   f"{threshold:.0%}, where {pref.low} "
                    f"measured {gain:.3f}x fp32); {'fp32' if here == pref.low else pref.low} not measured again")
             self.choices.append({"iteration": iteration, "wire": here, "gain": gain, "reason": why,
                                  "recalled": past["iteration"]})

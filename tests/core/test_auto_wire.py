@@ -20,7 +20,8 @@ FEATURES = tc.window(tc.START, 0).features
 
 
 def obs(config: Config, speed: float, it: int, **kw) -> Observation:
-    return Observation(it, config, speed, FEATURES, **kw)
+    """A window as the controller reports it, with its default detector's threshold (``regime_change`` 0.15)."""
+    return Observation(it, config, speed, FEATURES, **{"change_threshold": 0.15, **kw})
 
 
 def speed(config: Config, link_bound: bool) -> float:
@@ -289,14 +290,14 @@ def test_a_start_at_a_precision_the_preference_does_not_name_is_served_by_fp32s_
     assert d is not None and d.config.wire == "fp32"  # the comparison: fp32 against the precision in force
 
 
-def feed(t: WireTuner, windows: list[tuple[dict[str, float], bool]], start: Config = START) -> list[str]:
+def feed(t: WireTuner, windows: list[tuple[dict[str, float], bool]], start: Config = START, **kw) -> list[str]:
     """Windows of given speeds per precision (``changed``: the controller saw a change just before), following every
-    decision; the precision of every window."""
+    decision; the precision of every window. ``kw``: more fields of every observation."""
     current = t.start(tc.SPACE, start)
     wires = []
     for k, (speeds, changed) in enumerate(windows):
         wires.append(current.wire)
-        d = t.observe(obs(current, speeds[current.wire], (k + 1) * 10, regime_changed=changed))
+        d = t.observe(obs(current, speeds[current.wire], (k + 1) * 10, regime_changed=changed, **kw))
         current = d.config if d is not None else current
     return wires
 
@@ -305,21 +306,36 @@ FAST = {"fp32": 100.0, "bf16": 160.0}  # a link that makes 16 bits 1.6x fp32
 SLOW = {"fp32": 50.0, "bf16": 80.0}  # half that link: still link-bound, 16 bits still 1.6x
 
 
-@pytest.mark.parametrize("again, recalled", [(158.0, True), (152.5, True), (151.0, False), (168.5, False)])
+@pytest.mark.parametrize("again, recalled", [(158.0, True), (140.0, True), (183.0, True), (139.0, False), (184.5, False)])
 def test_conditions_met_before_keep_the_precision_chosen_there_without_another_trial(again, recalled):
     t = WireTuner()
     back = {"fp32": 100.0, "bf16": again}
     wires = feed(t, [(FAST, False)] * 3 + [(SLOW, True)] + [(SLOW, False)] * 2 + [(back, True)] + [(back, False)] * 2)
     # the fast link, then the slow one: each compared (bf16 in force at the change: fp32 measured once)
     assert wires[:6] == ["fp32", "bf16", "bf16", "bf16", "fp32", "bf16"]
-    if recalled:  # bf16 runs within min_gain (5%) of its speed on the fast link: no fp32 trial, bf16 stays
+    if recalled:  # bf16 runs within the controller's threshold (15%) of its speed on the fast link: no fp32 trial
         assert wires[6:] == ["bf16"] * 3
         assert t.chosen == "bf16" and t.choices[-1]["recalled"] == 20
         assert t.choices[-1]["reason"] == (f"wire bf16, for speed: conditions met before (bf16 measured {again:.1f} samples/s, "
-                                           "160.0 at iteration 20, where bf16 measured 1.600x fp32); fp32 not measured again")
-    else:  # further from it than min_gain: not the same conditions, compared again
+                                           "160.0 at iteration 20, within the controller's 15%, where bf16 measured 1.600x fp32); "
+                                           "fp32 not measured again")
+    else:  # further from it than the controller's threshold: not the same conditions, compared again
         assert wires[6:] == ["bf16", "fp32", "bf16"]
         assert "recalled" not in t.choices[-1] and "speeds" in t.choices[-1]
+
+
+@pytest.mark.parametrize("threshold, recalled", [(0.25, True), (0.15, False), (None, False)])
+def test_the_same_conditions_are_those_the_controller_does_not_tell_apart(threshold, recalled):
+    # bf16 back at 130 samples/s against 160 (-19%): the same conditions to a controller whose threshold a noisy job
+    # raised to 25%, not to its default 15%; a controller without a detector tells no conditions apart
+    back = {"fp32": 100.0, "bf16": 130.0}
+    t = WireTuner()
+    wires = feed(t, [(FAST, False)] * 3 + [(SLOW, True)] + [(SLOW, False)] * 2 + [(back, True)] + [(back, False)] * 2,
+                 change_threshold=threshold)
+    assert wires[6:] == (["bf16"] * 3 if recalled else ["bf16", "fp32", "bf16"])
+    assert ("recalled" in t.choices[-1]) == recalled
+    if recalled:
+        assert "within the controller's 25%" in t.choices[-1]["reason"]
 
 
 def test_a_false_change_under_fp32_chosen_without_doubt_moves_nothing():
@@ -341,15 +357,15 @@ def test_a_choice_made_in_doubt_is_not_taken_again(speeds):
 
 def test_recalls_are_of_measured_comparisons_only_and_at_the_same_partition_and_credit():
     t = WireTuner()
-    near = {"fp32": 100.0, "bf16": 155.0}  # within 5% of the fast link's 160
-    drift = {"fp32": 100.0, "bf16": 149.0}  # within 5% of 155 (a recall), not of 160 (the comparison measured)
+    near = {"fp32": 100.0, "bf16": 145.0}  # within 15% of the fast link's 160
+    drift = {"fp32": 100.0, "bf16": 136.0}  # within 15% of 145 (a recall), not of 160 (the comparison measured)
     wires = feed(t, [(FAST, False)] * 3 + [(near, True)] * 1 + [(near, False)] + [(drift, True)] + [(drift, False)] * 2)
     assert t.choices[1]["recalled"] == 20  # near: met before
     assert wires[5:] == ["bf16", "fp32", "bf16"]  # drift: compared again, not recalled from the recall
     other = WireTuner()
     other.start(tc.SPACE, START)
     other.choices = [dict(t.choices[0], at=Config(MiB, MiB).to_dict())]
-    assert not other._met_before("bf16", 160.0, START, 100)
+    assert not other._met_before("bf16", 160.0, START, 100, 0.15)
 
 
 def test_a_state_round_trip_keeps_what_was_compared():

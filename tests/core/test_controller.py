@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autobyte.core import Config, SearchSpace, WindowStats
@@ -154,6 +156,28 @@ def test_regime_detection_can_be_switched_off():
     c.decide(9, [_w(10, 5)])
     c.decide(14, [_w(100, 5)])
     assert [h["iteration"] for h in c.history] == [9] and "regime_changed" not in c.history[0]
+
+
+class _KeepsNoisy(_Keeps):
+    noise_z = 3.0
+
+
+@pytest.mark.parametrize("tuner, regime_change", [(_Keeps, 0.15), (_Keeps, 0.3), (_Keeps, None), (_KeepsNoisy, 0.15)])
+def test_every_observation_carries_the_detectors_threshold_now(tuner, regime_change):
+    t = tuner()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10, warmup_iters=0, regime_change=regime_change)
+    for k in range(8):  # checks 10% apart: noise to the detector (the noisy tuner's threshold rises with it)
+        c.decide(5 * k + 4, [_w(100 if k % 2 else 110, 5)])
+    c.decide(44, [_w(50, 5)], STEP_TIMES)  # a check that steps inside: told at once, mixed
+    if regime_change is None:
+        assert c.detector is None and all(o.change_threshold is None for o in t.seen)
+        return
+    now = math.expm1(c.detector.speed_threshold())
+    assert t.seen[-1].mixed and all(o.change_threshold == pytest.approx(now) for o in t.seen[-2:])
+    if tuner is _KeepsNoisy:  # raised by the job's own scatter
+        assert now > 0.15 and t.seen[0].change_threshold == pytest.approx(0.15)
+    else:
+        assert now == pytest.approx(regime_change)
 
 
 def test_a_bad_check_is_dropped_not_merged():
