@@ -22,7 +22,11 @@ credit (the inner tuner):
   change cost 4-5% of the link-bound iterations, docs/benchmarks.md 1.5).
   "As it did" is the controller's own notion of the same conditions: within
   its detector's threshold (``Observation.change_threshold``, 15% by
-  default), a speed change it would not read as a change of conditions;
+  default), a speed change it would not read as a change of conditions, of
+  the median of the comparison's reading and the last
+  :data:`STEADY_WINDOWS` full windows the choice then ran at its partition
+  and credit (the comparison's reading is one check, often the one that
+  showed the change);
 * a comparison moves at a check (half a window) where that check leaves no
   doubt (except at the job's first measurement, taken over a whole window:
   the first iterations run cold), and measures again where 16 bits measured a gain outside
@@ -63,6 +67,11 @@ _log = logging.getLogger("autobyte.wire")
 #: 16 bits' speed over fp32 that half the bytes and two casts can explain; a comparison outside it straddled a change
 #: of conditions (measured here: 0.90x on loopback, 0.92x on a GPU at one message; 2.07x at 200 Mbit/s)
 PLAUSIBLE = (0.7, 2.5)
+
+#: full windows at the precision chosen, after the comparison, that it keeps (the last ones) to recognise its conditions
+#: by: the comparison's own reading is one check, often the one that showed the change (in the demo, bf16 read 132-136
+#: samples/s there against ~120 steady)
+STEADY_WINDOWS = 8
 
 #: the 16-bit precisions a preference may name
 LOW_WIRES = tuple(w for w in WIRES if w != "fp32")
@@ -285,17 +294,29 @@ class WireTuner(Tuner):
             if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != where:
                 continue
             gain = speeds[pref.low] / speeds["fp32"]
-            if not self._without_doubt(gain) or abs(math.log(measured / speeds[here])) > math.log1p(threshold):
+            steady = past.get("steady", [])
+            then = statistics.median([speeds[here], *steady])
+            if not self._without_doubt(gain) or abs(math.log(measured / then)) > math.log1p(threshold):
                 continue
             self.chosen = here
+            after = f" and {len(steady)} window{'s' if len(steady) > 1 else ''} after it" if steady else ""
             why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
-                   f"{measured:.1f} samples/s, {speeds[here]:.1f} at iteration {past['iteration']}, within the controller's "
+                   f"{measured:.1f} samples/s, {then:.1f} at iteration {past['iteration']}{after}, within the controller's "
                    f"{threshold:.0%}, where {pref.low} "
                    f"measured {gain:.3f}x fp32); {'fp32' if here == pref.low else pref.low} not measured again")
             self.choices.append({"iteration": iteration, "wire": here, "gain": gain, "reason": why,
                                  "recalled": past["iteration"]})
             return True
         return False
+
+    def _steady(self, obs: Observation) -> None:
+        """A window at the precision chosen by the last comparison, at its partition and credit, kept with it (its
+        last :data:`STEADY_WINDOWS`): the speed :meth:`_met_before` recognises these conditions by."""
+        last = self.choices[-1] if self.choices else None
+        if (last is None or "speeds" not in last or obs.config.wire != last["wire"] or _fp32(obs.config).to_dict() != last["at"]
+                or obs.mixed or obs.window_share < 0.5 or not math.isfinite(obs.speed) or obs.speed <= 0):
+            return
+        last["steady"] = [*last.get("steady", []), float(obs.speed)][-STEADY_WINDOWS:]
 
     # ------------------------------------------------------------ the inner tuner
     def _inward(self, obs: Observation) -> tuple[Tuner, Observation]:
@@ -332,6 +353,7 @@ class WireTuner(Tuner):
             if d is None and len(self.choices) > n:
                 _log.info("autobyte: iteration %d: %s", obs.iteration, self.choices[-1]["reason"])
             return d
+        self._steady(obs)
         return self._outward(tuner.observe(inner), self.chosen)
 
     def check(self, obs: Observation) -> Decision | None:

@@ -317,7 +317,8 @@ def test_conditions_met_before_keep_the_precision_chosen_there_without_another_t
         assert wires[6:] == ["bf16"] * 3
         assert t.chosen == "bf16" and t.choices[-1]["recalled"] == 20
         assert t.choices[-1]["reason"] == (f"wire bf16, for speed: conditions met before (bf16 measured {again:.1f} samples/s, "
-                                           "160.0 at iteration 20, within the controller's 15%, where bf16 measured 1.600x fp32); "
+                                           "160.0 at iteration 20 and 1 window after it, within the controller's 15%, where bf16 "
+                                           "measured 1.600x fp32); "
                                            "fp32 not measured again")
     else:  # further from it than the controller's threshold: not the same conditions, compared again
         assert wires[6:] == ["bf16", "fp32", "bf16"]
@@ -336,6 +337,38 @@ def test_the_same_conditions_are_those_the_controller_does_not_tell_apart(thresh
     assert ("recalled" in t.choices[-1]) == recalled
     if recalled:
         assert "within the controller's 25%" in t.choices[-1]["reason"]
+
+
+def test_conditions_are_recognised_by_the_windows_after_the_comparison_not_only_its_own_reading():
+    # the comparison's bf16 reading (136) was the check that showed the change; bf16 then ran at 120. Back on that
+    # link after another one, bf16 reads 112: 19% off the comparison's reading (a comparison again at 15%), 7% off
+    # the median of it and the windows after it: met before
+    skewed, steady = {"fp32": 70.0, "bf16": 136.0}, {"fp32": 70.0, "bf16": 120.0}
+    other = {"fp32": 30.0, "bf16": 55.0}
+    back = {"fp32": 65.0, "bf16": 112.0}
+    t = WireTuner()
+    wires = feed(t, [(skewed, False)] * 2 + [(steady, False)] * 3 + [(other, True)] * 2 + [(back, True)] + [(back, False)] * 2)
+    assert wires[:7] == ["fp32"] + ["bf16"] * 5 + ["fp32"]  # the other link compared (fp32 tried at its first window)
+    assert t.choices[0]["steady"] == [120.0] * 3 and "steady" not in t.choices[1]  # the other link's: no window yet
+    assert wires[7:] == ["bf16"] * 3 and t.choices[-1]["recalled"] == 20
+    assert "bf16 measured 112.0 samples/s, 120.0 at iteration 20 and 3 windows after it" in t.choices[-1]["reason"]
+
+
+def test_the_windows_kept_are_the_last_full_ones_at_the_comparisons_precision_partition_and_credit():
+    t = WireTuner()
+    wires = feed(t, [(FAST, False)] * 2)  # fp32, then bf16: chosen at iteration 20
+    assert wires == ["fp32", "bf16"] and t.chosen == "bf16" and "steady" not in t.choices[0]
+    at = replace(START, wire="bf16")
+    t.observe(obs(replace(at, partition_bytes=MiB), 150.0, 30))  # the inner tuner moved partition: not its conditions
+    t.observe(obs(at, 150.0, 35, window_share=0.3))  # a window the guard cut short
+    assert "steady" not in t.choices[0]
+    for k in range(10):
+        t.observe(obs(at, 150.0 + k, 40 + 10 * k))
+    assert t.choices[0]["steady"] == [150.0 + k for k in range(2, 10)]  # the last 8
+    b = WireTuner()
+    b.start(tc.SPACE, at)
+    b.load_state_dict(json.loads(json.dumps(t.state_dict())))
+    assert b.choices[0]["steady"] == t.choices[0]["steady"]
 
 
 def test_a_false_change_under_fp32_chosen_without_doubt_moves_nothing():
