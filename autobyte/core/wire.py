@@ -24,9 +24,9 @@ credit (the inner tuner):
   its detector's threshold (``Observation.change_threshold``, 15% by
   default), a speed change it would not read as a change of conditions, of
   the median of the comparison's reading and the last
-  :data:`STEADY_WINDOWS` full windows the choice then ran at its partition
-  and credit (the comparison's reading is one check, often the one that
-  showed the change);
+  :data:`STEADY_READINGS` readings (checks and full windows) the choice then
+  ran at its partition and credit (the comparison's reading is one check,
+  often the one that showed the change);
 * a comparison moves at a check (half a window) where that check leaves no
   doubt (except at the job's first measurement, taken over a whole window:
   the first iterations run cold), and measures again where 16 bits measured a gain outside
@@ -68,10 +68,11 @@ _log = logging.getLogger("autobyte.wire")
 #: of conditions (measured here: 0.90x on loopback, 0.92x on a GPU at one message; 2.07x at 200 Mbit/s)
 PLAUSIBLE = (0.7, 2.5)
 
-#: full windows at the precision chosen, after the comparison, that it keeps (the last ones) to recognise its conditions
-#: by: the comparison's own reading is one check, often the one that showed the change (in the demo, bf16 read 132-136
-#: samples/s there against ~120 steady)
-STEADY_WINDOWS = 8
+#: readings (checks and full windows) at the precision chosen, after the comparison, that it keeps (the last ones) to
+#: recognise its conditions by: the comparison's own reading is one check, often the one that showed the change (in
+#: the demo, bf16 read 129-136 samples/s there against ~120 steady; its phases of 20 iterations leave one check, and no
+#: full window, between a choice and the next change)
+STEADY_READINGS = 8
 
 #: the 16-bit precisions a preference may name
 LOW_WIRES = tuple(w for w in WIRES if w != "fp32")
@@ -299,7 +300,7 @@ class WireTuner(Tuner):
             if not self._without_doubt(gain) or abs(math.log(measured / then)) > math.log1p(threshold):
                 continue
             self.chosen = here
-            after = f" and {len(steady)} window{'s' if len(steady) > 1 else ''} after it" if steady else ""
+            after = f" and {len(steady)} reading{'s' if len(steady) > 1 else ''} after it" if steady else ""
             why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
                    f"{measured:.1f} samples/s, {then:.1f} at iteration {past['iteration']}{after}, within the controller's "
                    f"{threshold:.0%}, where {pref.low} "
@@ -310,13 +311,14 @@ class WireTuner(Tuner):
         return False
 
     def _steady(self, obs: Observation) -> None:
-        """A window at the precision chosen by the last comparison, at its partition and credit, kept with it (its
-        last :data:`STEADY_WINDOWS`): the speed :meth:`_met_before` recognises these conditions by."""
+        """A reading (a check, or a full window) at the precision chosen by the last comparison, at its partition and
+        credit, kept with it (its last :data:`STEADY_READINGS`): with its own reading, the speed :meth:`_met_before`
+        recognises these conditions by. A window holds its first check's iterations again: the median weighs both."""
         last = self.choices[-1] if self.choices else None
         if (last is None or "speeds" not in last or obs.config.wire != last["wire"] or _fp32(obs.config).to_dict() != last["at"]
                 or obs.mixed or obs.window_share < 0.5 or not math.isfinite(obs.speed) or obs.speed <= 0):
             return
-        last["steady"] = [*last.get("steady", []), float(obs.speed)][-STEADY_WINDOWS:]
+        last["steady"] = [*last.get("steady", []), float(obs.speed)][-STEADY_READINGS:]
 
     # ------------------------------------------------------------ the inner tuner
     def _inward(self, obs: Observation) -> tuple[Tuner, Observation]:
@@ -372,6 +374,7 @@ class WireTuner(Tuner):
             return d
         if obs.regime_changed or obs.config.wire != self.chosen or not self._current(obs.config.wire):
             return None  # an inner tuner that has not observed these conditions yet has nothing to check against
+        self._steady(obs)
         d = self.inners[self._key(obs.config.wire)].check(replace(obs, config=_fp32(obs.config)))
         return self._outward(d, self.chosen)
 

@@ -317,7 +317,7 @@ def test_conditions_met_before_keep_the_precision_chosen_there_without_another_t
         assert wires[6:] == ["bf16"] * 3
         assert t.chosen == "bf16" and t.choices[-1]["recalled"] == 20
         assert t.choices[-1]["reason"] == (f"wire bf16, for speed: conditions met before (bf16 measured {again:.1f} samples/s, "
-                                           "160.0 at iteration 20 and 1 window after it, within the controller's 15%, where bf16 "
+                                           "160.0 at iteration 20 and 1 reading after it, within the controller's 15%, where bf16 "
                                            "measured 1.600x fp32); "
                                            "fp32 not measured again")
     else:  # further from it than the controller's threshold: not the same conditions, compared again
@@ -351,10 +351,10 @@ def test_conditions_are_recognised_by_the_windows_after_the_comparison_not_only_
     assert wires[:7] == ["fp32"] + ["bf16"] * 5 + ["fp32"]  # the other link compared (fp32 tried at its first window)
     assert t.choices[0]["steady"] == [120.0] * 3 and "steady" not in t.choices[1]  # the other link's: no window yet
     assert wires[7:] == ["bf16"] * 3 and t.choices[-1]["recalled"] == 20
-    assert "bf16 measured 112.0 samples/s, 120.0 at iteration 20 and 3 windows after it" in t.choices[-1]["reason"]
+    assert "bf16 measured 112.0 samples/s, 120.0 at iteration 20 and 3 readings after it" in t.choices[-1]["reason"]
 
 
-def test_the_windows_kept_are_the_last_full_ones_at_the_comparisons_precision_partition_and_credit():
+def test_the_readings_kept_are_the_last_checks_and_windows_at_the_comparisons_precision_partition_and_credit():
     t = WireTuner()
     wires = feed(t, [(FAST, False)] * 2)  # fp32, then bf16: chosen at iteration 20
     assert wires == ["fp32", "bf16"] and t.chosen == "bf16" and "steady" not in t.choices[0]
@@ -362,8 +362,10 @@ def test_the_windows_kept_are_the_last_full_ones_at_the_comparisons_precision_pa
     t.observe(obs(replace(at, partition_bytes=MiB), 150.0, 30))  # the inner tuner moved partition: not its conditions
     t.observe(obs(at, 150.0, 35, window_share=0.3))  # a window the guard cut short
     assert "steady" not in t.choices[0]
+    assert t.check(obs(at, 140.0, 40, window_share=0.5)) is None  # a check: kept
+    assert t.choices[0]["steady"] == [140.0]
     for k in range(10):
-        t.observe(obs(at, 150.0 + k, 40 + 10 * k))
+        t.observe(obs(at, 150.0 + k, 45 + 10 * k))
     assert t.choices[0]["steady"] == [150.0 + k for k in range(2, 10)]  # the last 8
     b = WireTuner()
     b.start(tc.SPACE, at)
