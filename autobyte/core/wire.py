@@ -22,7 +22,7 @@ credit (the inner tuner):
   change cost 4-5% of the link-bound iterations, docs/benchmarks.md 1.5).
   "As it did" is the controller's own notion of the same conditions: within
   its detector's threshold (``Observation.change_threshold``, 15% by
-  default), a speed change it would not read as a change of conditions, of
+  default: a speed change it would not read as a change of conditions) of
   the median of the comparison's reading and the last
   :data:`STEADY_READINGS` readings (checks and full windows) the choice then
   ran at its partition and credit (the comparison's reading is one check,
@@ -384,7 +384,7 @@ class WireTuner(Tuner):
         return {"inner": self.inner.state_dict(), **({"low_inner": self.inners[low].state_dict()} if self._key(low) == low else {}),
                 "speeds": {k: list(v) for k, v in self._speeds.items()},
                 "at": None if self._at is None else self._at.to_dict(), "chosen": self.chosen, "changes": self._changes,
-                "saw": {k: list(v) for k, v in self._saw.items()}, "choices": list(self.choices)}
+                "saw": {k: list(v) for k, v in self._saw.items()}, "choices": [dict(c) for c in self.choices]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state.get("inner", {}))
@@ -402,5 +402,5 @@ class WireTuner(Tuner):
             self._saw = {str(k): (int(v[0]), str(v[1])) for k, v in saw.items() if k in WIRES and v[1] in WIRES}
         elif state.get("inner_wire") in WIRES:  # a state saved with one inner tuner and the precision it last saw
             self._saw = {"fp32": (self._changes, str(state["inner_wire"]))}
-        self.choices = list(state.get("choices", []))
+        self.choices = [dict(c) for c in state.get("choices", [])]  # a comparison's readings go on: not into the caller's
 

@@ -367,10 +367,15 @@ def test_the_readings_kept_are_the_last_checks_and_windows_at_the_comparisons_pr
     for k in range(10):
         t.observe(obs(at, 150.0 + k, 45 + 10 * k))
     assert t.choices[0]["steady"] == [150.0 + k for k in range(2, 10)]  # the last 8
+    saved = t.state_dict()
     b = WireTuner()
     b.start(tc.SPACE, at)
-    b.load_state_dict(json.loads(json.dumps(t.state_dict())))
+    b.load_state_dict(json.loads(json.dumps(saved)))
     assert b.choices[0]["steady"] == t.choices[0]["steady"]
+    t.observe(obs(at, 170.0, 200))  # readings go on after a save: the saved state stays as it was
+    b.load_state_dict(saved)
+    b.observe(obs(at, 171.0, 200))
+    assert saved["choices"][0]["steady"][-1] == 159.0 and t.choices[0]["steady"][-1] == 170.0
 
 
 def test_a_false_change_under_fp32_chosen_without_doubt_moves_nothing():
