@@ -217,6 +217,12 @@ class WireTuner(Tuner):
         (a window's noise on these hosts is a few percent: docs/benchmarks.md section 6.4)."""
         return gain <= 1 or gain >= 1 + 2 * self.preference.min_gain
 
+    @staticmethod
+    def _reading(obs: Observation) -> bool:
+        """Whether ``obs`` is a measurement of the conditions it ran in: not a check that mixed two, at least half a
+        window, a finite positive speed (what a comparison and the readings after it keep)."""
+        return not obs.mixed and obs.window_share >= 0.5 and math.isfinite(obs.speed) and obs.speed > 0
+
     def _needed(self) -> int:
         """Windows each precision needs: one where the first of each leaves no doubt (:meth:`_without_doubt`),
         else ``windows``."""
@@ -232,7 +238,7 @@ class WireTuner(Tuner):
         at = _fp32(obs.config)
         if self._at != at:  # the comparison runs at one partition and credit
             self._at, self._speeds = at, {}
-        if not obs.mixed and obs.window_share >= 0.5 and math.isfinite(obs.speed) and obs.speed > 0:
+        if self._reading(obs):
             self._speeds.setdefault(here, []).append(obs.speed)
         other = pref.low if here == "fp32" else "fp32"
         goal = "exactness" if other == "fp32" else "speed"  # what a trial of the other precision is for
@@ -316,7 +322,7 @@ class WireTuner(Tuner):
         recognises these conditions by. A window holds its first check's iterations again: the median weighs both."""
         last = self.choices[-1] if self.choices else None
         if (last is None or "speeds" not in last or obs.config.wire != last["wire"] or _fp32(obs.config).to_dict() != last["at"]
-                or obs.mixed or obs.window_share < 0.5 or not math.isfinite(obs.speed) or obs.speed <= 0):
+                or not self._reading(obs)):
             return
         last["steady"] = [*last.get("steady", []), float(obs.speed)][-STEADY_READINGS:]
 
