@@ -1,24 +1,43 @@
 """``wire="auto"`` on a link that moves between compute-bound and link-bound, against static fp32 and static 16 bits.
 
-On the testbed (root), 2 CPU ranks on gloo, one thread each, the CNN of
-``bench_wire.py`` (3.4M parameters, SGD, batch 16) at ByteScheduler's default
-<4 MB, 4X> (no tuner of partition and credit, so only the precision moves);
-the link alternates ``--high-mbit`` (compute-bound) and ``--low-mbit``
-(link-bound) every ``--phase`` iterations, ``--phases`` phases, changed at the
-iteration by the testbed's trace. Methods, each a run of its own on the same
-trace, in rounds whose order alternates: ``fp32`` and ``bf16`` (static, the
-baselines: what a user who fixes the precision gets) and ``auto``
-(``schedule(..., wire="auto")``: fp32 unless bf16 measures 5% faster in the
-current conditions). Per run: the time of each phase (rank 0, start to
-start), the precision in force at every iteration, the wire's decisions.
+On the testbed (root), 2 CPU ranks on gloo, one thread each, at ByteScheduler's
+default <4 MB, 4X> (no tuner of partition and credit, so only the precision
+moves); the link's rate changes at the iteration by the testbed's trace.
+Methods, each a run of its own on the same trace, in rounds whose order
+alternates: ``fp32`` and ``bf16`` (static, the baselines: what a user who fixes
+the precision gets) and ``auto`` (``schedule(..., wire="auto")``: fp32 unless
+bf16 measures 5% faster in the current conditions). Per run: the time and the
+precision in force at every iteration, the wire's decisions.
+
+Two scenarios:
+
+* ``--scenario tuning`` (the default): the CNN of ``bench_wire.py`` (3.4M
+  parameters, SGD, batch 16); the link alternates ``--high-mbit``
+  (compute-bound) and ``--low-mbit`` (link-bound) every ``--phase``
+  iterations, ``--phases`` phases. ``wire="auto"``'s rules were designed on
+  this trace and on the demo's.
+* ``--scenario heldout``: kept apart for judging, written before any run of it
+  (:data:`HELDOUT`): another model (the transformer of the benchmark suite,
+  4.6M parameters, 16 MiB of them in the embedding, the first layer: the
+  tensor sent first and ready last), other rates, phases of 20-200
+  iterations. Its phase list and model are fixed; the flags that shape the
+  tuning trace are refused with it.
+
+A phase's kind is measured when static fp32 and static bf16 both ran: a phase
+is link-bound where static bf16's median time per iteration is at least
+``MIN_GAIN`` (the preference's 5%) below static fp32's, compute-bound
+otherwise. Without fp32 runs, the phases at the trace's highest rate are the
+compute-bound ones.
 
     sudo python benchmarks/bench_wire_auto.py --out OUT                  # 4 phases of 200, 2 rounds
+    sudo python benchmarks/bench_wire_auto.py --out OUT --scenario heldout --rounds 3
     sudo python benchmarks/bench_wire_auto.py --out OUT --phase 20 --phases 2 --rounds 1   # a smoke run
 
 Writes ``OUT/summary.json`` and ``OUT/summary.md``: speed of ``auto``
-against static bf16 and fp32 (whole run, median and range of rounds), and the
-share of iterations ``auto`` ran at fp32 in each kind of phase; and
-``OUT/runs.json``, the raw data: every run's time and precision per iteration.
+against static bf16 and fp32 (whole run, median and range of rounds), each
+phase's time per iteration and ``auto``'s share of iterations at fp32, by
+phase and by kind of phase; and ``OUT/runs.json``, the raw data: every run's
+time and precision per iteration.
 """
 
 from __future__ import annotations
@@ -36,20 +55,35 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("fp32", "bf16", "auto")
 
+#: The preference's ``min_gain``: the gain of bf16 over fp32 that makes a phase link-bound.
+MIN_GAIN = 0.05
+
+#: The held-out scenario, fixed before any run of it: model, batch per rank, and the trace as
+#: ``(Mbit/s, iterations)`` phases. None of its rates is the tuning trace's or the demo's. The batch
+#: was sized by static runs only (fp32 and bf16, 30 iterations at 8000 and 400 Mbit/s): at 48 the
+#: transformer's compute (~0.14 s) hides its 18 MB of gradient at 8000 Mbit/s (bf16 0.181 s per
+#: iteration, fp32 0.178); at 16 it does not (0.078 against 0.085).
+HELDOUT: dict[str, Any] = {
+    "model": "transformer",
+    "batch": 48,
+    "phases": [(8000.0, 120), (400.0, 60), (3000.0, 40), (300.0, 100), (8000.0, 30), (600.0, 150), (8000.0, 80),
+               (300.0, 20), (1500.0, 80)],
+}
+
 
 def rank_main(opts: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    from autobyte.bench.models import make_cnn, synthetic_batches
+    from autobyte.bench.models import make_model, model_batches
     from autobyte.integrations.torch import schedule
     from autobyte.testbed import notify_iteration
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    data = synthetic_batches(4, 16, rank)
-    model = make_cnn()
+    data = model_batches(opts["model"], 4, int(opts["batch"]), rank)
+    model = make_model(opts["model"])
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     decisions: list[dict[str, Any]] = []
     h = schedule(model, opt, wire=opts["method"], verbose=False,
@@ -81,12 +115,13 @@ def rank_main(opts: dict[str, Any]) -> None:
 
 
 def one_run(method: str, args: argparse.Namespace) -> dict[str, Any] | None:
-    from autobyte.testbed import BandwidthTrace, Testbed
+    from autobyte.testbed import BandwidthTrace, RateChange, Testbed
 
-    iters = args.phase * args.phases
-    trace = BandwidthTrace.step([args.high_mbit, args.low_mbit], every=args.phase, unit="it", n_phases=args.phases)
+    starts = phase_starts(args)
+    trace = BandwidthTrace(tuple(RateChange(a, rate) for a, (rate, _) in zip(starts, args.plan)))
     buf = io.StringIO()
-    cmd = [sys.executable, os.path.abspath(__file__), "--rank", json.dumps({"method": method, "iters": iters})]
+    spec = {"method": method, "iters": starts[-1] + args.plan[-1][1], "model": args.model, "batch": args.batch}
+    cmd = [sys.executable, os.path.abspath(__file__), "--rank", json.dumps(spec)]
     with Testbed(2, trace=trace) as tb:
         if tb.run(cmd, timeout_s=args.timeout_s, stdout=buf) != 0:
             print(buf.getvalue()[-4000:], file=sys.stderr)
@@ -96,8 +131,29 @@ def one_run(method: str, args: argparse.Namespace) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def phase_of(i: int, args: argparse.Namespace) -> str:
-    return "compute-bound" if (i // args.phase) % 2 == 0 else "link-bound"
+def phase_starts(args: argparse.Namespace) -> list[int]:
+    """The first iteration of each phase of ``args.plan`` (a list of ``(Mbit/s, iterations)``)."""
+    starts, at = [], 0
+    for _, n in args.plan:
+        starts.append(at)
+        at += n
+    return starts
+
+
+def phase_kinds(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> tuple[list[str], str]:
+    """Each phase's kind, and how it was told: measured from the static runs where fp32 and bf16 both ran, else by rate."""
+    starts = phase_starts(args)
+    if runs.get("fp32") and runs.get("bf16"):
+        kinds = []
+        for a, (_, n) in zip(starts, args.plan):
+            idx = range(max(a, args.skip), a + n)
+            fp32 = statistics.median(statistics.median(r["iter_s"][i] for i in idx) for r in runs["fp32"])
+            bf16 = statistics.median(statistics.median(r["iter_s"][i] for i in idx) for r in runs["bf16"])
+            kinds.append("link-bound" if fp32 >= (1 + MIN_GAIN) * bf16 else "compute-bound")
+        return kinds, f"measured: link-bound where static bf16 ran at least {MIN_GAIN:.0%} faster than static fp32"
+    top = max(rate for rate, _ in args.plan)
+    return ["compute-bound" if rate == top else "link-bound" for rate, _ in args.plan], \
+        f"by rate: compute-bound at the trace's highest rate ({top:g} Mbit/s)"
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
@@ -109,26 +165,42 @@ def summarize(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
             # speed = iterations / time: auto against the base, round by round (the rounds pair runs made side by side)
             per = [b / a for a, b in zip(total["auto"], total[base])]
             out[f"auto_vs_{base}"] = {"median": statistics.median(per), "min": min(per), "max": max(per), "per_round": per}
+    kinds, how = phase_kinds(runs, args)
+    out["kinds_told"] = how
+    starts = phase_starts(args)
+    spans = [range(max(a, skip), a + n) for a, (_, n) in zip(starts, args.plan)]
+    out["phases"] = [{"mbit": rate, "iterations": n, "kind": k,
+                      "s_per_iteration": {m: [statistics.median(r["iter_s"][i] for i in span) for r in rs] for m, rs in runs.items()},
+                      "fp32_share": {m: [sum(r["wires"][i] == "fp32" for i in span) / len(span) for r in rs] for m, rs in runs.items()}}
+                     for (rate, n), k, span in zip(args.plan, kinds, spans)]
     for m, rs in runs.items():
-        kinds: dict[str, list[float]] = {}
+        by_kind: dict[str, list[float]] = {}
         for r in rs:
             for kind in ("compute-bound", "link-bound"):
-                idx = [i for i in range(skip, len(r["wires"])) if phase_of(i, args) == kind]
-                kinds.setdefault(kind, []).append(sum(r["wires"][i] == "fp32" for i in idx) / max(1, len(idx)))
-                kinds.setdefault(f"{kind} s/iteration", []).append(statistics.median(r["iter_s"][i] for i in idx))
-        out.setdefault("fp32_share", {})[m] = {k: v for k, v in kinds.items() if not k.endswith("iteration")}
-        out.setdefault("s_per_iteration", {})[m] = {k.split(" ")[0]: v for k, v in kinds.items() if k.endswith("iteration")}
+                idx = [i for k, span in zip(kinds, spans) if k == kind for i in span]
+                if not idx:
+                    continue
+                by_kind.setdefault(kind, []).append(sum(r["wires"][i] == "fp32" for i in idx) / len(idx))
+                by_kind.setdefault(f"{kind} s/iteration", []).append(statistics.median(r["iter_s"][i] for i in idx))
+        out.setdefault("fp32_share", {})[m] = {k: v for k, v in by_kind.items() if not k.endswith("iteration")}
+        out.setdefault("s_per_iteration", {})[m] = {k.split(" ")[0]: v for k, v in by_kind.items() if k.endswith("iteration")}
     out["auto_decisions"] = [r["decisions"] for r in runs.get("auto", [])]
     out["auto_choices"] = [r["choices"] for r in runs.get("auto", [])]
     return out
 
 
+def _shares(v: list[float] | None) -> str:
+    return ", ".join(f"{x:.0%}" for x in v) if v else "-"
+
+
 def markdown(s: dict[str, Any], command: str) -> str:
     a = s["args"]
+    model = {"cnn": "CNN (3.4M parameters)", "transformer": "transformer (4.6M parameters)", "mlp": "MLP (10.5M parameters)"}
+    trace = ", ".join(f"{rate:g} Mbit/s x {n}" for rate, n in a["plan"])
     lines = ["# wire=\"auto\" on a link that moves between compute-bound and link-bound", "", f"Command: `{command}`", "",
-             f"CNN (3.4M parameters), 2 ranks on the testbed, <4 MB, 4X>; {a['phases']} phases of {a['phase']} iterations: "
-             f"{a['high_mbit']:g} Mbit/s (compute-bound) and {a['low_mbit']:g} Mbit/s (link-bound) in turn; "
-             f"{a['rounds']} round(s); the first {a['skip']} iterations of each run are not timed.", "",
+             f"Scenario `{a['scenario']}`: {model[a['model']]}, batch {a['batch']} per rank, 2 ranks on the testbed, <4 MB, 4X>; "
+             f"phases (rate x iterations): {trace}; {a['rounds']} round(s); the first {a['skip']} iterations of each run are "
+             f"not timed. Kinds of phase {s['kinds_told']}.", "",
              "| | median | min-max of rounds |", "|---|---:|---:|"]
     for base in ("bf16", "fp32"):
         if f"auto_vs_{base}" in s:
@@ -138,8 +210,17 @@ def markdown(s: dict[str, Any], command: str) -> str:
               "|---|---:|---:|---:|---:|"]
     for m in s["fp32_share"]:
         sp, sh = s["s_per_iteration"][m], s["fp32_share"][m]
-        lines.append(f"| {m} | {statistics.median(sp['compute-bound']):.3f} | {statistics.median(sp['link-bound']):.3f} | "
-                     f"{', '.join(f'{v:.0%}' for v in sh['compute-bound'])} | {', '.join(f'{v:.0%}' for v in sh['link-bound'])} |")
+        med = {k: f"{statistics.median(v):.3f}" if v else "-" for k, v in ((k, sp.get(k)) for k in ("compute-bound", "link-bound"))}
+        lines.append(f"| {m} | {med['compute-bound']} | {med['link-bound']} | "
+                     f"{_shares(sh.get('compute-bound'))} | {_shares(sh.get('link-bound'))} |")
+    methods = list(s["fp32_share"])
+    lines += ["", "Each phase (s/iteration: median over the phase, then over rounds; fp32 share of auto: per round):", "",
+              "| phase | Mbit/s | iterations | kind | " + " | ".join(f"{m} s/it" for m in methods) + " | auto fp32 share |",
+              "|---:|---:|---:|---|" + "---:|" * len(methods) + "---:|"]
+    for k, ph in enumerate(s["phases"]):
+        cells = [f"{statistics.median(ph['s_per_iteration'][m]):.3f}" for m in methods]
+        lines.append(f"| {k + 1} | {ph['mbit']:g} | {ph['iterations']} | {ph['kind']} | " + " | ".join(cells) +
+                     f" | {_shares(ph['fp32_share'].get('auto'))} |")
     for k, ds in enumerate(s["auto_decisions"]):
         lines += ["", f"auto, round {k + 1}: " + ("no decision" if not ds else "")]
         lines += [f"- iteration {d['iteration']}: -> {d['wire']}: {d['reason']}" for d in ds]
@@ -147,13 +228,40 @@ def markdown(s: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plan_of(args: argparse.Namespace, error: Any) -> list[tuple[float, int]]:
+    """The scenario's phases as ``(Mbit/s, iterations)``; ``error`` (the parser's) for flags it does not take."""
+    shaping = ("high_mbit", "low_mbit", "phase", "phases")
+    if args.scenario == "heldout":
+        given = [f"--{n.replace('_', '-')}" for n in shaping + ("model", "batch") if getattr(args, n) is not None]
+        if given:
+            error(f"--scenario heldout fixes its model and trace, but got {', '.join(given)}.")
+        args.model, args.batch = HELDOUT["model"], HELDOUT["batch"]
+        return [(float(r), int(n)) for r, n in HELDOUT["phases"]]
+    defaults = {"high_mbit": 10000.0, "low_mbit": 200.0, "phase": 200, "phases": 4, "model": "cnn", "batch": 16}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    for name in ("phase", "phases", "batch"):
+        if getattr(args, name) < 1:
+            error(f"--{name} must be a positive integer, but got {getattr(args, name)}.")
+    for name in ("high_mbit", "low_mbit"):
+        if not getattr(args, name) > 0:
+            error(f"--{name.replace('_', '-')} must be a positive rate in Mbit/s, but got {getattr(args, name)}.")
+    return [(args.high_mbit if k % 2 == 0 else args.low_mbit, args.phase) for k in range(args.phases)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", help="folder for summary.json and summary.md (required)")
-    ap.add_argument("--high-mbit", type=float, default=10000.0, help="the compute-bound phases' rate (10000)")
-    ap.add_argument("--low-mbit", type=float, default=200.0, help="the link-bound phases' rate (200)")
-    ap.add_argument("--phase", type=int, default=200, help="iterations per phase (200)")
-    ap.add_argument("--phases", type=int, default=4, help="phases, starting compute-bound (4)")
+    ap.add_argument("--scenario", choices=("tuning", "heldout"), default="tuning",
+                    help="tuning: the CNN on two alternating rates (the flags below); heldout: HELDOUT, fixed (tuning)")
+    ap.add_argument("--model", choices=("cnn", "transformer", "mlp"), help="the tuning scenario's model (cnn)")
+    ap.add_argument("--batch", type=int, help="the tuning scenario's batch per rank (16)")
+    ap.add_argument("--high-mbit", type=float, help="the tuning scenario's compute-bound rate (10000)")
+    ap.add_argument("--low-mbit", type=float, help="the tuning scenario's link-bound rate (200)")
+    ap.add_argument("--phase", type=int, help="the tuning scenario's iterations per phase (200)")
+    ap.add_argument("--phases", type=int, help="the tuning scenario's phases, starting compute-bound (4)")
+    ap.add_argument("--methods", default="fp32,bf16,auto", help="which of fp32, bf16, auto to run (all three)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of bf16 and auto (2)")
     ap.add_argument("--fp32-rounds", type=int, default=1, help="rounds that also run static fp32, the first ones (1)")
     ap.add_argument("--skip", type=int, default=5, help="untimed iterations at the start of every run (5)")
@@ -165,17 +273,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.out:
         ap.error("--out is required: the folder for summary.json and summary.md.")
-    for name in ("phase", "phases", "rounds"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name} must be a positive integer, but got {getattr(args, name)}.")
+    args.plan = plan_of(args, ap.error)
+    methods = args.methods.split(",")
+    if not methods or any(m not in METHODS for m in methods) or len(set(methods)) != len(methods):
+        ap.error(f"--methods must be distinct names from {', '.join(METHODS)}, comma-separated, but got {args.methods!r}.")
+    if args.rounds < 1:
+        ap.error(f"--rounds must be a positive integer, but got {args.rounds}.")
     if not 0 <= args.fp32_rounds <= args.rounds:
         ap.error(f"--fp32-rounds must be between 0 and --rounds ({args.rounds}), but got {args.fp32_rounds}.")
-    if args.skip >= args.phase:
-        ap.error(f"--skip must be below --phase ({args.phase}), but got {args.skip}.")
+    if not 0 <= args.skip < args.plan[0][1]:
+        ap.error(f"--skip must be at least 0 and below the first phase's length ({args.plan[0][1]}), but got {args.skip}.")
     runs: dict[str, list[dict[str, Any]]] = {}
     for k in range(args.rounds):
-        order = ["auto", "bf16"] if k % 2 == 0 else ["bf16", "auto"]
-        if k < args.fp32_rounds:
+        order = [m for m in (["auto", "bf16"] if k % 2 == 0 else ["bf16", "auto"]) if m in methods]
+        if k < args.fp32_rounds and "fp32" in methods:
             order.append("fp32")
         for m in order:
             t = time.time()

@@ -12,7 +12,9 @@ def bench(load_benchmark):
     return load_benchmark("bench_wire_auto")
 
 
-ARGS = argparse.Namespace(phase=4, phases=2, skip=1, fp32_rounds=1, high_mbit=10000.0, low_mbit=200.0, rounds=2, timeout_s=60.0, out="x", rank=None)
+ARGS = argparse.Namespace(phase=4, phases=2, skip=1, fp32_rounds=1, high_mbit=10000.0, low_mbit=200.0, rounds=2, timeout_s=60.0,
+                          out="x", rank=None, scenario="tuning", model="cnn", batch=16, methods="fp32,bf16,auto",
+                          plan=[(10000.0, 4), (200.0, 4)])
 
 
 def run(method, fast_s, slow_s, wires):
@@ -39,12 +41,41 @@ def test_the_summary_of_known_runs(bench):
     assert "| auto vs static bf16 (speed) | 0.846x | 0.846-0.846x |" in md
     assert "| auto | 0.100 | " in md and "| 100%, 100% | 25%, 25% |" in md
     assert "- iteration 5: -> bf16: r" in md and "- iteration 6: chosen bf16: c" in md
+    # static bf16 ran the link-bound phase 2x faster than static fp32 (0.2 against 0.4 s): measured link-bound; auto, one
+    # iteration of four at fp32 there, has a median of 0.2 s
+    assert [p["kind"] for p in s["phases"]] == ["compute-bound", "link-bound"] and s["kinds_told"].startswith("measured")
+    assert s["phases"][1]["fp32_share"]["auto"] == [0.25, 0.25] and s["phases"][0]["s_per_iteration"]["bf16"] == [0.1, 0.1]
+    assert "| 2 | 200 | 4 | link-bound | 0.200 | 0.200 | 0.400 | 25%, 25% |" in md
+
+
+def test_a_phase_is_link_bound_only_where_bf16_measured_min_gain_faster(bench):
+    """Three phases at 3 rates; the middle one's bf16 is 4% faster (below 5%: compute-bound), the last one's 6%."""
+    args = argparse.Namespace(**{**vars(ARGS), "plan": [(8000.0, 4), (3000.0, 4), (400.0, 4)], "skip": 0})
+    fp32 = {"iter_s": [0.1] * 4 + [0.104] * 4 + [0.106] * 4, "wires": ["fp32"] * 12}
+    bf16 = {"iter_s": [0.1] * 12, "wires": ["bf16"] * 12}
+    kinds, how = bench.phase_kinds({"fp32": [fp32], "bf16": [bf16]}, args)
+    assert kinds == ["compute-bound", "compute-bound", "link-bound"] and how.startswith("measured")
+    # without fp32 runs: the trace's highest rate is compute-bound, every other rate link-bound
+    kinds, how = bench.phase_kinds({"bf16": [bf16]}, args)
+    assert kinds == ["compute-bound", "link-bound", "link-bound"] and "8000 Mbit/s" in how
+
+
+def test_the_heldout_scenario_is_fixed(bench):
+    args = argparse.Namespace(scenario="heldout", high_mbit=None, low_mbit=None, phase=None, phases=None, model=None, batch=None)
+    plan = bench.plan_of(args, lambda msg: pytest.fail(msg))
+    assert plan == [(float(r), n) for r, n in bench.HELDOUT["phases"]] and args.model == "transformer"
+    assert all(20 <= n <= 200 for _, n in plan) and {r for r, _ in plan}.isdisjoint({10000.0, 200.0, 500.0, 250.0})  # the tuning trace's and the demo's
 
 
 @pytest.mark.parametrize("argv, message", [
     ([], "--out is required"),
     (["--out", "x", "--phase", "0"], "--phase must be a positive integer, but got 0."),
-    (["--out", "x", "--phase", "10", "--skip", "10"], "--skip must be below --phase (10), but got 10."),
+    (["--out", "x", "--phase", "10", "--skip", "10"], "--skip must be at least 0 and below the first phase's length (10), but got 10."),
+    (["--out", "x", "--scenario", "heldout", "--phase", "20", "--model", "cnn"],
+     "--scenario heldout fixes its model and trace, but got --phase, --model."),
+    (["--out", "x", "--methods", "bf16,bf16"], "--methods must be distinct names from fp32, bf16, auto"),
+    (["--out", "x", "--low-mbit", "-1"], "--low-mbit must be a positive rate in Mbit/s, but got -1.0."),
+    (["--out", "x", "--batch", "0"], "--batch must be a positive integer, but got 0."),
     (["--out", "x", "--rounds", "1", "--fp32-rounds", "2"], "--fp32-rounds must be between 0 and --rounds (1), but got 2."),
 ])
 def test_bad_arguments_are_refused_naming_the_flag(bench, capsys, argv, message):
