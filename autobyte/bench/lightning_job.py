@@ -5,8 +5,11 @@ worker, one process per node (``num_nodes=WORLD_SIZE, devices=1``), with the
 ``torch.distributed`` environment set (``autobyte launch`` sets it; on
 loopback :func:`autobyte.testing.run_ranks` with ``NODE_RANK`` = rank).
 
-``SPEC_JSON``: ``method`` is ``"ddp"`` (plain Lightning DDP), ``"static"`` or
-``"tuner"`` (``AutoByteCallback`` with ``tuner`` and a start ``config``);
+``SPEC_JSON``: ``method`` is ``"ddp"`` (plain Lightning DDP), ``"static"``
+(``AutoByteCallback(tuner="static")`` at ``config``: windows that never move,
+so the engine issues in priority order as a tuner's does, as the static
+methods of :mod:`autobyte.bench.allreduce_ranks` run) or ``"tuner"``
+(``AutoByteCallback`` with ``tuner`` and a start ``config``);
 ``iters``, ``batch_size``, ``window_iters``, ``threads`` (torch intra-op
 threads per worker, default 1; ``null`` leaves Lightning's choice, which is
 ``cpu_count // local processes``); ``comm_hook`` (with ``"ddp"``: the name of
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     if spec["method"] != "ddp":
         cfg = spec.get("config") or [4_000_000, 16_000_000]
         autobyte = AutoByteCallback(
-            tuner=spec.get("tuner") if spec["method"] == "tuner" else None,
+            # a static method under the static tuner: with tuner=None the ready order stays all run (docs/torch.md)
+            tuner=spec.get("tuner") if spec["method"] == "tuner" else "static",
             partition_bytes=int(cfg[0]), credit_bytes=int(cfg[1]), window_iters=int(spec.get("window_iters", 10)),
             timeout_s=float(spec.get("timeout_s", 600)), wire=spec.get("wire", "fp32"),
         )
