@@ -54,10 +54,12 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from autobyte.core.wire import AutoWire  # noqa: E402  (core imports no framework: cheap in the driver)
+
 METHODS = ("fp32", "bf16", "auto")
 
-#: The preference's ``min_gain``: the gain of bf16 over fp32 that makes a phase link-bound.
-MIN_GAIN = 0.05
+#: The preference's ``min_gain`` (``wire="auto"``'s default): the gain of bf16 over fp32 that makes a phase link-bound.
+MIN_GAIN = AutoWire().min_gain
 
 #: The held-out scenario, fixed before any run of it: model, batch per rank, and the trace as
 #: ``(Mbit/s, iterations)`` phases. None of its rates is the tuning trace's or the demo's. The batch
@@ -144,13 +146,16 @@ def phase_starts(args: argparse.Namespace) -> list[int]:
     return starts
 
 
+def phase_spans(args: argparse.Namespace) -> list[range]:
+    """The timed iterations of each phase: its own, less the run's first ``args.skip``."""
+    return [range(max(a, args.skip), a + n) for a, (_, n) in zip(phase_starts(args), args.plan)]
+
+
 def phase_kinds(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> tuple[list[str], str]:
     """Each phase's kind, and how it was told: measured from the static runs where fp32 and bf16 both ran, else by rate."""
-    starts = phase_starts(args)
     if runs.get("fp32") and runs.get("bf16"):
         kinds = []
-        for a, (_, n) in zip(starts, args.plan):
-            idx = range(max(a, args.skip), a + n)
+        for idx in phase_spans(args):
             fp32 = statistics.median(statistics.median(r["iter_s"][i] for i in idx) for r in runs["fp32"])
             bf16 = statistics.median(statistics.median(r["iter_s"][i] for i in idx) for r in runs["bf16"])
             kinds.append("link-bound" if fp32 >= (1 + MIN_GAIN) * bf16 else "compute-bound")
@@ -171,17 +176,16 @@ def summarize(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
             out[f"auto_vs_{base}"] = {"median": statistics.median(per), "min": min(per), "max": max(per), "per_round": per}
     kinds, how = phase_kinds(runs, args)
     out["kinds_told"] = how
-    starts = phase_starts(args)
-    spans = [range(max(a, skip), a + n) for a, (_, n) in zip(starts, args.plan)]
+    spans = phase_spans(args)
     out["phases"] = [{"mbit": rate, "iterations": n, "kind": k,
                       "s_per_iteration": {m: [statistics.median(r["iter_s"][i] for i in span) for r in rs] for m, rs in runs.items()},
                       "fp32_share": {m: [sum(r["wires"][i] == "fp32" for i in span) / len(span) for r in rs] for m, rs in runs.items()}}
                      for (rate, n), k, span in zip(args.plan, kinds, spans)]
+    of_kind = {kind: [i for k, span in zip(kinds, spans) if k == kind for i in span] for kind in ("compute-bound", "link-bound")}
     for m, rs in runs.items():
         by_kind: dict[str, list[float]] = {}
         for r in rs:
-            for kind in ("compute-bound", "link-bound"):
-                idx = [i for k, span in zip(kinds, spans) if k == kind for i in span]
+            for kind, idx in of_kind.items():
                 if not idx:
                     continue
                 by_kind.setdefault(kind, []).append(sum(r["wires"][i] == "fp32" for i in idx) / len(idx))
@@ -279,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--out is required: the folder for summary.json and summary.md.")
     args.plan = plan_of(args, ap.error)
     methods = args.methods.split(",")
-    if not methods or any(m not in METHODS for m in methods) or len(set(methods)) != len(methods):
+    if any(m not in METHODS for m in methods) or len(set(methods)) != len(methods):
         ap.error(f"--methods must be distinct names from {', '.join(METHODS)}, comma-separated, but got {args.methods!r}.")
     if args.rounds < 1:
         ap.error(f"--rounds must be a positive integer, but got {args.rounds}.")
