@@ -56,6 +56,12 @@ class WindowStats:
     def to_dict(self) -> dict[str, object]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
+    @property
+    def busy_share(self) -> float:
+        """The share of the window's wall time during which a message of this rank was in flight (0 when unknown)."""
+        wall = self.n_iters * self.iter_time_s
+        return min(1.0, self.comm_busy_s / wall) if wall > 0 else 0.0
+
     _SCALARS = ("n_iters", "iter_time_s", "samples_per_s", "forward_s", "bytes_sent", "n_messages", "comm_busy_s", "bandwidth_Bps")
 
     def to_vector(self) -> np.ndarray:

@@ -64,6 +64,11 @@ class Observation:
             noise where the tuner sets ``noise_z``); ``None``: the controller
             tells no conditions apart. Speeds closer than this are, to the
             controller, the same conditions.
+        link_busy: the share of the measurement's wall time during which
+            the busiest rank had a message in flight
+            (:attr:`~autobyte.core.metrics.WindowStats.busy_share`); ``None``:
+            not measured. Near 1 the link (or the engine's sending) is the
+            bottleneck: every byte more is time more.
     """
 
     iteration: int
@@ -75,6 +80,7 @@ class Observation:
     window_share: float = 1.0
     mixed: bool = False
     change_threshold: float | None = None
+    link_busy: float | None = None
 
 
 @dataclass(frozen=True)
@@ -359,7 +365,8 @@ class Controller:
             # the tuner hears of it now, to act on what it knows of the conditions, but keeps nothing of this speed
             obs = Observation(iteration, self.current, speed, features, regime_changed=True, mixed=True,
                               harm_allowance=None if guard is None else guard.allowance(),
-                              window_share=windows[0].n_iters / self.window_iters, change_threshold=threshold)
+                              window_share=windows[0].n_iters / self.window_iters, change_threshold=threshold,
+                              link_busy=max(w.busy_share for w in windows))
             self.n_windows += 1
             return self._record(iteration, speed, self._ask(obs, "observe"), windows[0].n_iters,
                                 {"regime_changed": True, "regime_rule": self.detector.rule, "mixed": True})
@@ -381,7 +388,8 @@ class Controller:
             # a window in progress: the tuner may end it here (a trial that already measures badly)
             obs = Observation(iteration, self.current, speed, features,
                               harm_allowance=None if guard is None else guard.allowance(),
-                              window_share=windows[0].n_iters / self.window_iters, change_threshold=threshold)
+                              window_share=windows[0].n_iters / self.window_iters, change_threshold=threshold,
+                              link_busy=max(w.busy_share for w in windows))
             decision = self._ask(obs, "check")
             if decision is None:
                 return None
@@ -406,7 +414,8 @@ class Controller:
         n_iters = merged[0].n_iters
         obs = Observation(iteration, self.current, speed, features, regime_changed=new_regime,
                           harm_allowance=None if guard is None else guard.allowance(),
-                          window_share=min(1.0, n_iters / self.window_iters), change_threshold=threshold)
+                          window_share=min(1.0, n_iters / self.window_iters), change_threshold=threshold,
+                          link_busy=max(w.busy_share for w in merged))
         self.n_windows += 1
         # one process communicates nothing: statistics only, the tuner is never asked
         decision = self._ask(obs, "observe") if self.tuning else None

@@ -15,6 +15,11 @@ credit (the inner tuner):
 * it keeps 16 bits where they measured ``>= 1 + min_gain`` times fp32's
   speed, fp32 otherwise; the decision line names the objective that moved it
   (speed, or exactness);
+* where 16 bits run and keep the link busy enough that fp32, with twice the
+  bytes, could not come within ``2 * min_gain`` of them
+  (``Observation.link_busy``, :data:`FP32_RATE`: ``WireTuner._link_bound``),
+  they stay without an fp32 trial: on a slow link that trial is the
+  costliest iterations of a comparison;
 * conditions met before are not compared again: where the precision in
   force measures as it did in a past comparison (at the same partition and
   credit) that chose it without doubt, it stays (``WireTuner._met_before``:
@@ -73,6 +78,11 @@ PLAUSIBLE = (0.7, 2.5)
 #: the demo, bf16 read 129-136 samples/s there against ~120 steady; its phases of 20 iterations leave one check, and no
 #: full window, between a choice and the next change)
 STEADY_READINGS = 8
+
+#: the most fp32's messages (twice the bytes) achieved of a link over what 16 bits' achieved of it: 1.47x where the
+#: link was not the bottleneck (the CNN at 10000-40000 Mbit/s, the engine's sending the limit), 1.01-1.10x where it was
+#: (200-1000 Mbit/s; ``benchmarks/wire_readings.py``, docs/benchmarks.md 1.5)
+FP32_RATE = 1.5
 
 #: the 16-bit precisions a preference may name
 LOW_WIRES = tuple(w for w in WIRES if w != "fp32")
@@ -247,8 +257,9 @@ class WireTuner(Tuner):
             return None
         if len(self._speeds.get(other, [])) < need:
             measured = statistics.median(self._speeds[here])
-            if not self._speeds.get(other) and self._met_before(here, measured, at, obs.iteration, obs.change_threshold):
-                return None  # conditions met before, the precision in force chosen there without doubt: it stays
+            if not self._speeds.get(other) and (self._link_bound(obs, at) or
+                                                self._met_before(here, measured, at, obs.iteration, obs.change_threshold)):
+                return None  # 16 bits pay without a trial, or conditions met before: the precision in force stays
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
         fast, slow = statistics.median(self._speeds[pref.low]), statistics.median(self._speeds["fp32"])
@@ -273,6 +284,32 @@ class WireTuner(Tuner):
         if self.chosen == here:
             return None  # nothing moves; observe() logs the choice
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
+
+    def _link_bound(self, obs: Observation, at: Config) -> bool:
+        """Whether 16 bits, in force, keep the link so busy that fp32 could not come within ``2 * min_gain`` of them;
+        if so they are chosen, and logged.
+
+        fp32 puts twice the bytes on the link. A reading at 16 bits whose link was busy a share ``u`` of its time
+        (``Observation.link_busy``) bounds fp32's time per iteration from below by ``2 * u / FP32_RATE`` times 16
+        bits' (:data:`FP32_RATE`: the most fp32's larger messages achieved of a link over 16 bits'). Where that
+        bound is at least ``1 + 2 * min_gain`` the comparison could only choose 16 bits, without doubt, and its fp32
+        trial would run the slow precision where it costs most (at 300-600 Mbit/s a comparison ran fp32 at 1.4-1.6x
+        16 bits' time for ~7 iterations: docs/benchmarks.md 1.5). Only from a reading (:meth:`_reading`); never from
+        fp32 (half the bytes bound 16 bits' gain from above, not below: their trial is the comparison).
+        """
+        pref, busy = self.preference, obs.link_busy
+        if obs.config.wire != pref.low or busy is None or not self._reading(obs) or not math.isfinite(busy):
+            return False
+        bound = 2.0 * busy / FP32_RATE
+        if bound < 1 + 2 * pref.min_gain:
+            return False
+        self.chosen = pref.low
+        why = (f"wire {pref.low}, for speed: the link busy {busy:.0%} of {pref.low}'s time: fp32's twice the bytes need at "
+               f"least {bound:.2f}x it (at up to {FP32_RATE:g}x {pref.low}'s rate), at least 1 + 2 * min_gain = "
+               f"{1 + 2 * pref.min_gain:g}; fp32 not measured")
+        self.choices.append({"iteration": obs.iteration, "wire": pref.low, "bound": bound, "link_busy": busy, "reason": why,
+                             "speeds": {pref.low: float(obs.speed)}, "at": at.to_dict()})
+        return True
 
     def _met_before(self, here: str, measured: float, at: Config, iteration: int, threshold: float | None) -> bool:
         """Whether these conditions were met before: ``here`` chosen, without doubt, by a comparison at ``at`` in

@@ -416,3 +416,44 @@ def test_a_state_round_trip_keeps_what_was_compared():
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
     assert b.observe(obs(replace(START, wire="bf16"), 159.0, 100, regime_changed=True)) is None
     assert b.chosen == "bf16" and b.choices[-1]["recalled"] == 20
+
+
+@pytest.mark.parametrize("busy, trial", [(0.9, False), (0.83, False), (0.8, True), (None, True)])
+def test_16_bits_that_keep_the_link_busy_stay_without_an_fp32_trial(busy, trial):
+    # fp32's twice the bytes need at least 2 * busy / FP32_RATE (1.5) times 16 bits' time: 1.2x at 90%, 1.107x at 83%,
+    # 1.067x at 80% (below 1 + 2 * min_gain = 1.10: a comparison as before)
+    t = WireTuner()
+    wires = feed(t, [(FAST, False)] * 3 + [(SLOW, True)] + [(SLOW, False)] * 2, link_busy=busy)
+    # the first comparison runs fp32 where it started and measures bf16 against it: the rule is not asked there
+    assert wires[:4] == ["fp32", "bf16", "bf16", "bf16"] and "speeds" in t.choices[0] and "bound" not in t.choices[0]
+    if trial:
+        assert wires[4:] == ["fp32", "bf16"] and "bound" not in t.choices[-1]
+    else:
+        assert wires[4:] == ["bf16", "bf16"] and t.chosen == "bf16"
+        c = t.choices[-1]
+        assert c["iteration"] == 40 and c["bound"] == pytest.approx(2 * busy / 1.5) and c["link_busy"] == busy
+        assert c["reason"] == (f"wire bf16, for speed: the link busy {busy:.0%} of bf16's time: fp32's twice the bytes need "
+                               f"at least {2 * busy / 1.5:.2f}x it (at up to 1.5x bf16's rate), at least 1 + 2 * min_gain "
+                               "= 1.1; fp32 not measured")
+
+
+def test_the_link_bound_rule_follows_the_preference_and_reads_only_16_bits_in_force():
+    # min_gain 0.2: 16 bits must be bound to 1.4x; the link busy 90% bounds fp32 to 1.2x only: a comparison
+    t = WireTuner(preference=AutoWire(min_gain=0.2))
+    wires = feed(t, [(FAST, False)] * 3 + [(SLOW, True)] + [(SLOW, False)] * 2, link_busy=0.9)
+    assert wires[4:] == ["fp32", "bf16"]
+    # fp32 in force on a busy link: half the bytes bound 16 bits' gain from above only; their trial is the comparison
+    t = WireTuner()
+    current = t.start(tc.SPACE, START)
+    d = t.observe(obs(current, 100.0, 10, link_busy=0.99))
+    assert d is not None and d.config.wire == "bf16" and not t.choices
+
+
+@pytest.mark.parametrize("kw", [{"mixed": True, "regime_changed": True}, {"window_share": 0.3}, {"link_busy": float("nan")}])
+def test_the_link_bound_rule_reads_only_a_measurement_of_the_conditions(kw):
+    t = WireTuner()
+    feed(t, [(FAST, False)] * 3)
+    at = replace(START, wire="bf16")
+    o = obs(at, 80.0, 100, **{"regime_changed": True, "link_busy": 0.95, **kw})
+    assert t.observe(o) is None or t.choices[-1].get("bound") is None
+    assert not any("bound" in c for c in t.choices)

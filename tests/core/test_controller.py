@@ -78,6 +78,19 @@ def test_checks_join_into_one_window_per_tuner_call():
     c.decide(9, [_w(110, 5), _w(110, 5)])
     assert len(seen) == 1 and c.history[-1]["iterations"] == 10
     assert seen[0].speed == pytest.approx(2 * 105) and not seen[0].regime_changed  # 2 ranks, equal-length halves
+    assert seen[0].link_busy == pytest.approx(0.1)  # each rank's messages in flight 0.05 s of each half's 0.5 s
+
+
+def test_link_busy_is_the_busiest_ranks_share_of_the_time_capped_at_one():
+    t = _Keeps()
+    c = Controller(t, SPACE, SPACE[0], "allreduce", [400, 600], window_iters=10)
+    busy = WindowStats(10, 0.1, 100, 0.01, (0.001, 0.002), 1000, 2, 0.7, 2e4)
+    c.decide(9, [_w(100), busy])
+    assert t.seen[-1].link_busy == pytest.approx(0.7)  # 0.7 s of the window's 1 s, against the other rank's 0.05
+    over = WindowStats(10, 0.1, 100, 0.01, (0.001, 0.002), 1000, 2, 1.3, 2e4)  # overlapping messages counted twice
+    c.decide(19, [over, over])
+    assert t.seen[-1].link_busy == 1.0
+    assert WindowStats(0, 0.0, 0, 0.0, (0.0,), 0, 0, 0.0, 0.0).busy_share == 0.0  # nothing measured: no share
 
 
 class _Recorder(Flip):

@@ -29,6 +29,7 @@ def test_window_from_fed_timestamps():
     assert w.bytes_sent == 4 * 4000 and w.n_messages == 8
     assert w.comm_busy_s == pytest.approx(4 * 0.008)  # union of overlapping intervals
     assert w.bandwidth_Bps == pytest.approx(16000 / 0.032)
+    assert w.busy_share == pytest.approx(0.032 / 0.1)  # messages in flight 8 ms of each 25 ms iteration
     assert WindowStats.from_vector(w.to_vector()) == w
     with pytest.raises(ValueError, match="no completed iteration"):
         c.window()
