@@ -10,19 +10,24 @@ order as ``auto`` does) and ``auto`` (``schedule(..., wire="auto")``: fp32 unles
 bf16 measures 5% faster in the current conditions). Per run: the time and the
 precision in force at every iteration, the wire's decisions.
 
-Two scenarios:
+Three scenarios:
 
 * ``--scenario tuning`` (the default): the CNN of ``bench_wire.py`` (3.4M
   parameters, SGD, batch 16); the link alternates ``--high-mbit``
   (compute-bound) and ``--low-mbit`` (link-bound) every ``--phase``
   iterations, ``--phases`` phases. ``wire="auto"``'s rules were designed on
   this trace and on the demo's.
-* ``--scenario heldout``: kept apart for judging, written before any run of it
-  (:data:`HELDOUT`): another model (the transformer of the benchmark suite,
-  4.6M parameters, 16 MiB of them in the embedding, the first layer: the
-  tensor sent first and ready last), other rates, phases of 20-200
-  iterations. Its phase list and model are fixed; the flags that shape the
-  tuning trace are refused with it.
+* ``--scenario heldout-transformer`` and ``--scenario heldout-mlp``: kept
+  apart for judging, each written before any run of it (:data:`HELDOUT`):
+  another model (the transformer of the benchmark suite, 4.6M parameters, 16
+  MiB of them in the embedding, the first layer: the tensor sent first and
+  ready last; the MLP of the suite, 10.5M parameters in two matrices of 24
+  and 16 MiB), other rates, phases of 20-150 iterations. Their phase lists
+  and models are fixed; the flags that shape the tuning trace are refused
+  with them. A held-out scenario judges the rules as they were when it was
+  written: once its runs have been read, rules designed after it are judged
+  on a new one (``heldout-transformer`` judged the rules of ``b09314e``,
+  ``heldout-mlp`` those of ``ca35895``).
 
 A phase's kind is measured when static fp32 and static bf16 both ran: a phase
 is link-bound where static bf16's median time per iteration is at least
@@ -31,7 +36,7 @@ otherwise. Without fp32 runs, the phases at the trace's highest rate are the
 compute-bound ones.
 
     sudo python benchmarks/bench_wire_auto.py --out OUT                  # 4 phases of 200, 2 rounds
-    sudo python benchmarks/bench_wire_auto.py --out OUT --scenario heldout --rounds 3
+    sudo python benchmarks/bench_wire_auto.py --out OUT --scenario heldout-mlp --rounds 3
     sudo python benchmarks/bench_wire_auto.py --out OUT --phase 20 --phases 2 --rounds 1   # a smoke run
 
 Writes ``OUT/summary.json`` and ``OUT/summary.md``: speed of ``auto``
@@ -61,16 +66,26 @@ METHODS = ("fp32", "bf16", "auto")
 #: The preference's ``min_gain`` (``wire="auto"``'s default): the gain of bf16 over fp32 that makes a phase link-bound.
 MIN_GAIN = AutoWire().min_gain
 
-#: The held-out scenario, fixed before any run of it: model, batch per rank, and the trace as
-#: ``(Mbit/s, iterations)`` phases. None of its rates is the tuning trace's or the demo's. The batch
-#: was sized by static runs only (fp32 and bf16, 30 iterations at 8000 and 400 Mbit/s): at 48 the
-#: transformer's compute (~0.14 s) hides its 18 MB of gradient at 8000 Mbit/s (bf16 0.181 s per
-#: iteration, fp32 0.178); at 16 it does not (0.078 against 0.085).
-HELDOUT: dict[str, Any] = {
-    "model": "transformer",
-    "batch": 48,
-    "phases": [(8000.0, 120), (400.0, 60), (3000.0, 40), (300.0, 100), (8000.0, 30), (600.0, 150), (8000.0, 80),
-               (300.0, 20), (1500.0, 80)],
+#: The held-out scenarios, each fixed before any run of it: model, batch per rank, and the trace as
+#: ``(Mbit/s, iterations)`` phases. None of their rates is the tuning trace's, the demo's or
+#: ``wire_readings.py``'s. The batches were sized by static runs only (fp32 and bf16): the transformer's
+#: at 48, where its compute (~0.14 s) hides its 18 MB of gradient at 8000 Mbit/s (bf16 0.181 s per
+#: iteration, fp32 0.178; at 16 it does not: 0.078 against 0.085); the MLP's at 1024, where 12000
+#: Mbit/s is compute-bound (bf16 0.628 s, fp32 0.647; at 256 bf16 0.197 s against fp32's 0.221) and
+#: 700 Mbit/s is not (0.771 against 0.953), 20 iterations each.
+HELDOUT: dict[str, dict[str, Any]] = {
+    "heldout-transformer": {
+        "model": "transformer",
+        "batch": 48,
+        "phases": [(8000.0, 120), (400.0, 60), (3000.0, 40), (300.0, 100), (8000.0, 30), (600.0, 150), (8000.0, 80),
+                   (300.0, 20), (1500.0, 80)],
+    },
+    "heldout-mlp": {
+        "model": "mlp",
+        "batch": 1024,
+        "phases": [(12000.0, 40), (700.0, 30), (2000.0, 30), (350.0, 30), (12000.0, 30), (450.0, 40), (5000.0, 30),
+                   (350.0, 20), (900.0, 30)],
+    },
 }
 
 
@@ -239,12 +254,13 @@ def markdown(s: dict[str, Any], command: str) -> str:
 def plan_of(args: argparse.Namespace, error: Any) -> list[tuple[float, int]]:
     """The scenario's phases as ``(Mbit/s, iterations)``; ``error`` (the parser's) for flags it does not take."""
     shaping = ("high_mbit", "low_mbit", "phase", "phases")
-    if args.scenario == "heldout":
+    if args.scenario in HELDOUT:
         given = [f"--{n.replace('_', '-')}" for n in shaping + ("model", "batch") if getattr(args, n) is not None]
         if given:
-            error(f"--scenario heldout fixes its model and trace, but got {', '.join(given)}.")
-        args.model, args.batch = HELDOUT["model"], HELDOUT["batch"]
-        return [(float(r), int(n)) for r, n in HELDOUT["phases"]]
+            error(f"--scenario {args.scenario} fixes its model and trace, but got {', '.join(given)}.")
+        held = HELDOUT[args.scenario]
+        args.model, args.batch = held["model"], held["batch"]
+        return [(float(r), int(n)) for r, n in held["phases"]]
     defaults = {"high_mbit": 10000.0, "low_mbit": 200.0, "phase": 200, "phases": 4, "model": "cnn", "batch": 16}
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -261,8 +277,8 @@ def plan_of(args: argparse.Namespace, error: Any) -> list[tuple[float, int]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", help="folder for summary.json and summary.md (required)")
-    ap.add_argument("--scenario", choices=("tuning", "heldout"), default="tuning",
-                    help="tuning: the CNN on two alternating rates (the flags below); heldout: HELDOUT, fixed (tuning)")
+    ap.add_argument("--scenario", choices=("tuning", *HELDOUT), default="tuning",
+                    help="tuning: the CNN on two alternating rates (the flags below); heldout-*: HELDOUT's, fixed (tuning)")
     ap.add_argument("--model", choices=("cnn", "transformer", "mlp"), help="the tuning scenario's model (cnn)")
     ap.add_argument("--batch", type=int, help="the tuning scenario's batch per rank (16)")
     ap.add_argument("--high-mbit", type=float, help="the tuning scenario's compute-bound rate (10000)")

@@ -60,19 +60,30 @@ def test_a_phase_is_link_bound_only_where_bf16_measured_min_gain_faster(bench):
     assert kinds == ["compute-bound", "link-bound", "link-bound"] and "8000 Mbit/s" in how
 
 
-def test_the_heldout_scenario_is_fixed(bench):
-    args = argparse.Namespace(scenario="heldout", high_mbit=None, low_mbit=None, phase=None, phases=None, model=None, batch=None)
+@pytest.mark.parametrize("scenario, model", [("heldout-transformer", "transformer"), ("heldout-mlp", "mlp")])
+def test_the_heldout_scenarios_are_fixed(bench, scenario, model):
+    args = argparse.Namespace(scenario=scenario, high_mbit=None, low_mbit=None, phase=None, phases=None, model=None, batch=None)
     plan = bench.plan_of(args, lambda msg: pytest.fail(msg))
-    assert plan == [(float(r), n) for r, n in bench.HELDOUT["phases"]] and args.model == "transformer"
-    assert all(20 <= n <= 200 for _, n in plan) and {r for r, _ in plan}.isdisjoint({10000.0, 200.0, 500.0, 250.0})  # the tuning trace's and the demo's
+    assert plan == [(float(r), n) for r, n in bench.HELDOUT[scenario]["phases"]] and args.model == model
+    # phases of 20-150 iterations, at rates of neither the tuning trace nor the demo
+    assert all(20 <= n <= 150 for _, n in plan) and {r for r, _ in plan}.isdisjoint({10000.0, 200.0, 500.0, 250.0})
+    assert len({r for r, _ in plan}) >= 6  # conditions met for the first time: what a comparison costs
+
+
+def test_the_mlp_scenario_meets_none_of_the_rates_read_before_it(bench):
+    # written after the transformer scenario's runs and wire_readings.py's staircase had been read
+    rates = {r for r, _ in bench.HELDOUT["heldout-mlp"]["phases"]}
+    assert rates.isdisjoint({r for r, _ in bench.HELDOUT["heldout-transformer"]["phases"]})
+    assert rates.isdisjoint({40000.0, 20000.0, 10000.0, 3000.0, 1000.0, 500.0, 200.0})
 
 
 @pytest.mark.parametrize("argv, message", [
     ([], "--out is required"),
     (["--out", "x", "--phase", "0"], "--phase must be a positive integer, but got 0."),
     (["--out", "x", "--phase", "10", "--skip", "10"], "--skip must be at least 0 and below the first phase's length (10), but got 10."),
-    (["--out", "x", "--scenario", "heldout", "--phase", "20", "--model", "cnn"],
-     "--scenario heldout fixes its model and trace, but got --phase, --model."),
+    (["--out", "x", "--scenario", "heldout-mlp", "--phase", "20", "--model", "cnn"],
+     "--scenario heldout-mlp fixes its model and trace, but got --phase, --model."),
+    (["--out", "x", "--scenario", "heldout"], "invalid choice: 'heldout'"),
     (["--out", "x", "--methods", "bf16,bf16"], "--methods must be distinct names from fp32, bf16, auto"),
     (["--out", "x", "--low-mbit", "-1"], "--low-mbit must be a positive rate in Mbit/s, but got -1.0."),
     (["--out", "x", "--batch", "0"], "--batch must be a positive integer, but got 0."),
