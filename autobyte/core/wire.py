@@ -79,9 +79,10 @@ PLAUSIBLE = (0.7, 2.5)
 #: full window, between a choice and the next change)
 STEADY_READINGS = 8
 
-#: the most fp32's messages (twice the bytes) achieved of a link over what 16 bits' achieved of it: 1.47x where the
-#: link was not the bottleneck (the CNN at 10000-40000 Mbit/s, the engine's sending the limit), 1.01-1.10x where it was
-#: (200-1000 Mbit/s; ``benchmarks/wire_readings.py``, docs/benchmarks.md 1.5)
+#: the margin for fp32's messages (twice the bytes) achieving more of a link than 16 bits' did: where 16 bits kept it
+#: busy 82-92% of the time (the CNN at 200-500 Mbit/s) fp32 achieved 1.01-1.05x their rate; where 51-56% (10000-40000
+#: Mbit/s, the engine's sending the limit, not the link) up to 1.75x, where the rule that reads it cannot fire
+#: (``benchmarks/wire_readings.py``, docs/benchmarks.md 1.5)
 FP32_RATE = 1.5
 
 #: the 16-bit precisions a preference may name
@@ -291,7 +292,7 @@ class WireTuner(Tuner):
 
         fp32 puts twice the bytes on the link. A reading at 16 bits whose link was busy a share ``u`` of its time
         (``Observation.link_busy``) bounds fp32's time per iteration from below by ``2 * u / FP32_RATE`` times 16
-        bits' (:data:`FP32_RATE`: the most fp32's larger messages achieved of a link over 16 bits'). Where that
+        bits' (:data:`FP32_RATE`: a margin for fp32's larger messages achieving more of the link). Where that
         bound is at least ``1 + 2 * min_gain`` the comparison could only choose 16 bits, without doubt, and its fp32
         trial would run the slow precision where it costs most (at 300-600 Mbit/s a comparison ran fp32 at 1.4-1.6x
         16 bits' time for ~7 iterations: docs/benchmarks.md 1.5). Only from a reading (:meth:`_reading`); never from
