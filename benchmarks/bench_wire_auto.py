@@ -89,20 +89,30 @@ HELDOUT: dict[str, dict[str, Any]] = {
 }
 
 
-def rank_main(opts: dict[str, Any]) -> None:
+def rank_job(opts: dict[str, Any]) -> tuple[int, list[Any], Any, Any]:
+    """One rank of a run (also ``wire_readings.py``'s): one thread, gloo joined; its rank, 4 batches of ``opts["model"]``
+    at ``opts["batch"]``, the model and its SGD optimizer."""
     import torch
     import torch.distributed as dist
 
     from autobyte.bench.models import make_model, model_batches
-    from autobyte.integrations.torch import schedule
-    from autobyte.testbed import notify_iteration
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    data = model_batches(opts["model"], 4, int(opts["batch"]), rank)
     model = make_model(opts["model"])
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return rank, model_batches(opts["model"], 4, int(opts["batch"]), rank), model, \
+        torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def rank_main(opts: dict[str, Any]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from autobyte.integrations.torch import schedule
+    from autobyte.testbed import notify_iteration
+
+    rank, data, model, opt = rank_job(opts)
     decisions: list[dict[str, Any]] = []
     # The static precisions run under tuner="static": windows that never move, so the engine learns the gradients'
     # times and issues in priority order as auto's controller does (with tuner=None it keeps the ready order all

@@ -26,13 +26,14 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_wire_auto import rank_job  # noqa: E402  (the same rank set-up as the bench whose rule these readings explain)
+
 
 def rank_main(opts: dict[str, Any]) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
 
-    from autobyte.bench.models import make_model, model_batches
     from autobyte.core.tuning import Observation, StaticTuner
     from autobyte.integrations.torch import schedule
     from autobyte.testbed import notify_iteration
@@ -56,12 +57,7 @@ def rank_main(opts: dict[str, Any]) -> None:
             self._keep(obs, "check")
             return None
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    data = model_batches(opts["model"], 4, int(opts["batch"]), rank)
-    model = make_model(opts["model"])
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rank, data, model, opt = rank_job(opts)
     h = schedule(model, opt, wire=opts["wire"], tuner=Recording(), verbose=False)
     for i in range(int(opts["iters"])):
         if rank == 0:
