@@ -234,6 +234,13 @@ class WireTuner(Tuner):
         window, a finite positive speed (what a comparison and the readings after it keep)."""
         return not obs.mixed and obs.window_share >= 0.5 and math.isfinite(obs.speed) and obs.speed > 0
 
+    @staticmethod
+    def _link_rate(obs: Observation) -> float | None:
+        """The link rate ``obs`` achieved (the slowest rank's wire bytes over the time its messages were in flight);
+        ``None`` where no message was measured."""
+        rate = float(min(obs.features.bw_up_Bps))
+        return rate if math.isfinite(rate) and rate > 0 else None
+
     def _needed(self) -> int:
         """Windows each precision needs: one where the first of each leaves no doubt (:meth:`_without_doubt`),
         else ``windows``."""
@@ -259,7 +266,8 @@ class WireTuner(Tuner):
         if len(self._speeds.get(other, [])) < need:
             measured = statistics.median(self._speeds[here])
             if not self._speeds.get(other) and (self._link_bound(obs, at) or
-                                                self._met_before(here, measured, at, obs.iteration, obs.change_threshold)):
+                                                self._met_before(here, measured, at, obs.iteration, obs.change_threshold,
+                                                                 self._link_rate(obs))):
                 return None  # 16 bits pay without a trial, or conditions met before: the precision in force stays
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
@@ -280,8 +288,9 @@ class WireTuner(Tuner):
             self.chosen = "fp32"
             why = (f"wire fp32, for exactness: {pref.low} measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
                    f"{slow:.1f} samples/s, {counts}), below 1 + min_gain = {1 + pref.min_gain:g}")
+        rate = self._link_rate(obs) if self._reading(obs) and self.chosen == here else None
         self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why,
-                             "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict()})
+                             "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(), "rates": [] if rate is None else [rate]})
         if self.chosen == here:
             return None  # nothing moves; observe() logs the choice
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
@@ -312,7 +321,8 @@ class WireTuner(Tuner):
                              "speeds": {pref.low: float(obs.speed)}, "at": at.to_dict()})
         return True
 
-    def _met_before(self, here: str, measured: float, at: Config, iteration: int, threshold: float | None) -> bool:
+    def _met_before(self, here: str, measured: float, at: Config, iteration: int, threshold: float | None,
+                    rate: float | None = None) -> bool:
         """Whether these conditions were met before: ``here`` chosen, without doubt, by a comparison at ``at`` in
         which ``here`` measured within ``threshold`` of ``measured``; if so it is chosen again, and logged.
 
@@ -330,6 +340,13 @@ class WireTuner(Tuner):
         against the preference now, fp32 must have come within ``min_gain`` of them while they run within
         ``threshold`` of before: compute about ``gain`` times slower and the link faster at once (1.8x on the 200
         Mbit/s trace).
+
+        The link rate ``rate`` achieved now must also be within ``threshold`` of the median of the rates the
+        choice ran at (its comparison's reading, where it ran the precision chosen, and the readings after it),
+        where both are known: 16 bits can hide a link's difference in speed, not in rate (on the held-out
+        ``heldout-mlp`` bf16 read 3286-3382 samples/s at 12000 and 5000 Mbit/s, within 15% of its 2945-2992 at
+        700 Mbit/s, and kept bf16 where fp32 was the preference; the CNN's bf16 achieved 22, 56, 96 and 195-213
+        MB/s at 200, 500, 1000 and 3000-40000 Mbit/s: docs/benchmarks.md 1.5).
         """
         pref, where = self.preference, at.to_dict()
         if threshold is None:
@@ -343,11 +360,18 @@ class WireTuner(Tuner):
             then = statistics.median([speeds[here], *steady])
             if not self._without_doubt(gain) or abs(math.log(measured / then)) > math.log1p(threshold):
                 continue
+            rates = past.get("rates", [])
+            link = ""
+            if rates and rate is not None:
+                then_rate = statistics.median(rates)
+                if abs(math.log(rate / then_rate)) > math.log1p(threshold):
+                    continue
+                link = f", the link at {rate / 1e6:.1f} MB/s, {then_rate / 1e6:.1f} then"
             self.chosen = here
             after = f" and {len(steady)} reading{'s' if len(steady) > 1 else ''} after it" if steady else ""
             why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
-                   f"{measured:.1f} samples/s, {then:.1f} at iteration {past['iteration']}{after}, within the controller's "
-                   f"{threshold:.0%}, where {pref.low} "
+                   f"{measured:.1f} samples/s, {then:.1f} at iteration {past['iteration']}{after}{link}, within the "
+                   f"controller's {threshold:.0%}, where {pref.low} "
                    f"measured {gain:.3f}x fp32); {'fp32' if here == pref.low else pref.low} not measured again")
             self.choices.append({"iteration": iteration, "wire": here, "gain": gain, "reason": why,
                                  "recalled": past["iteration"]})
@@ -356,13 +380,16 @@ class WireTuner(Tuner):
 
     def _steady(self, obs: Observation) -> None:
         """A reading (a check, or a full window) at the precision chosen by the last comparison, at its partition and
-        credit, kept with it (its last :data:`STEADY_READINGS`): with its own reading, the speed :meth:`_met_before`
-        recognises these conditions by. A window holds its first check's iterations again: the median weighs both."""
+        credit, kept with it (its last :data:`STEADY_READINGS`), and the link rate it achieved: with its own reading,
+        the speed and rate :meth:`_met_before` recognises these conditions by. A window holds its first check's iterations again: the median weighs both."""
         last = self.choices[-1] if self.choices else None
         if (last is None or "speeds" not in last or obs.config.wire != last["wire"] or _fp32(obs.config).to_dict() != last["at"]
                 or not self._reading(obs)):
             return
         last["steady"] = [*last.get("steady", []), float(obs.speed)][-STEADY_READINGS:]
+        rate = self._link_rate(obs)
+        if rate is not None and "rates" in last:
+            last["rates"] = [*last["rates"], rate][-STEADY_READINGS - 1:]
 
     # ------------------------------------------------------------ the inner tuner
     def _inward(self, obs: Observation) -> tuple[Tuner, Observation]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from autobyte.core import MiB
@@ -317,7 +318,8 @@ def test_conditions_met_before_keep_the_precision_chosen_there_without_another_t
         assert wires[6:] == ["bf16"] * 3
         assert t.chosen == "bf16" and t.choices[-1]["recalled"] == 20
         assert t.choices[-1]["reason"] == (f"wire bf16, for speed: conditions met before (bf16 measured {again:.1f} samples/s, "
-                                           "160.0 at iteration 20 and 1 reading after it, within the controller's 15%, where bf16 "
+                                           "160.0 at iteration 20 and 1 reading after it, the link at 599.7 MB/s, 599.7 then, "
+                                           "within the controller's 15%, where bf16 "
                                            "measured 1.600x fp32); "
                                            "fp32 not measured again")
     else:  # further from it than the controller's threshold: not the same conditions, compared again
@@ -457,3 +459,50 @@ def test_the_link_bound_rule_reads_only_a_measurement_of_the_conditions(kw):
     o = obs(at, 80.0, 100, **{"regime_changed": True, "link_busy": 0.95, **kw})
     assert t.observe(o) is None or t.choices[-1].get("bound") is None
     assert not any("bound" in c for c in t.choices)
+
+
+def at_rate(mb_s: float):
+    """The features of a window whose link achieved ``mb_s`` MB/s on every rank (0: no message measured)."""
+    return replace(FEATURES, bw_up_Bps=np.full(FEATURES.n_workers, mb_s * 1e6), bw_down_Bps=np.full(FEATURES.n_workers, mb_s * 1e6))
+
+
+@pytest.mark.parametrize("back_rate, recalled", [(24.0, True), (19.5, True), (18.0, False), (60.0, False), (0.0, True)])
+def test_conditions_met_before_are_recognised_by_the_link_rate_too(back_rate, recalled):
+    # bf16 on a slow link (22 MB/s achieved) chosen at 1.6x fp32; later bf16 runs as fast again on a link it achieves
+    # back_rate on: within the controller's 15% of 22 (or unknown: no message) the same conditions, 60 MB/s another link
+    t = WireTuner()
+    current = t.start(tc.SPACE, START)
+    k = 0
+
+    def step(speeds, mb_s, changed=False):
+        nonlocal current, k
+        k += 1
+        wire = current.wire
+        d = t.observe(Observation(10 * k, current, speeds[wire], at_rate(mb_s), regime_changed=changed, change_threshold=0.15))
+        current = d.config if d is not None else current
+        return wire
+
+    wires = [step(FAST, 22.0), step(FAST, 22.0), step(FAST, 22.0), step(FAST, 22.0)]
+    assert wires == ["fp32", "bf16", "bf16", "bf16"] and t.choices[0]["rates"] == [22e6] * 3
+    wires = [step(SLOW, 50.0, True), step(SLOW, 50.0), step(SLOW, 50.0)]  # another link, compared
+    assert wires == ["bf16", "fp32", "bf16"]
+    wires = [step(FAST, back_rate, True), step(FAST, back_rate)]
+    assert wires == (["bf16", "bf16"] if recalled else ["bf16", "fp32"])
+    if recalled:
+        assert t.choices[-1]["recalled"] == 20
+        assert ("the link at" in t.choices[-1]["reason"]) == (back_rate > 0)
+    if back_rate == 19.5:
+        assert "the link at 19.5 MB/s, 22.0 then, within the controller's 15%" in t.choices[-1]["reason"]
+
+
+def test_a_state_saved_before_rates_were_kept_recalls_by_speed_alone():
+    t = WireTuner()
+    feed(t, [(FAST, False)] * 3)
+    state = json.loads(json.dumps(t.state_dict()))
+    for c in state["choices"]:
+        c.pop("rates", None)
+    b = WireTuner()
+    b.start(tc.SPACE, replace(START, wire="bf16"))
+    b.load_state_dict(state)
+    o = Observation(100, replace(START, wire="bf16"), 159.0, at_rate(500.0), regime_changed=True, change_threshold=0.15)
+    assert b.observe(o) is None and b.choices[-1]["recalled"] == 20
