@@ -27,7 +27,9 @@ Three scenarios:
   with them. A held-out scenario judges the rules as they were when it was
   written: once its runs have been read, rules designed after it are judged
   on a new one (``heldout-transformer`` judged the rules of ``b09314e``,
-  ``heldout-mlp`` those of ``ca35895``).
+  ``heldout-mlp`` those of ``ca35895``, ``heldout-transformer-15000`` (the
+  transformer at the first one's batch, at rates none read before) those
+  of the recognition by link rate).
 
 A phase's kind is measured when static fp32 and static bf16 both ran: a phase
 is link-bound where static bf16's median time per iteration is at least
@@ -79,6 +81,12 @@ HELDOUT: dict[str, dict[str, Any]] = {
         "batch": 48,
         "phases": [(8000.0, 120), (400.0, 60), (3000.0, 40), (300.0, 100), (8000.0, 30), (600.0, 150), (8000.0, 80),
                    (300.0, 20), (1500.0, 80)],
+    },
+    "heldout-transformer-15000": {
+        "model": "transformer",
+        "batch": 48,
+        "phases": [(15000.0, 60), (550.0, 50), (2500.0, 40), (320.0, 60), (15000.0, 40), (800.0, 60), (4000.0, 40),
+                   (320.0, 30), (1200.0, 50)],
     },
     "heldout-mlp": {
         "model": "mlp",

@@ -60,7 +60,8 @@ def test_a_phase_is_link_bound_only_where_bf16_measured_min_gain_faster(bench):
     assert kinds == ["compute-bound", "link-bound", "link-bound"] and "8000 Mbit/s" in how
 
 
-@pytest.mark.parametrize("scenario, model", [("heldout-transformer", "transformer"), ("heldout-mlp", "mlp")])
+@pytest.mark.parametrize("scenario, model", [("heldout-transformer", "transformer"), ("heldout-mlp", "mlp"),
+                                             ("heldout-transformer-15000", "transformer")])
 def test_the_heldout_scenarios_are_fixed(bench, scenario, model):
     args = argparse.Namespace(scenario=scenario, high_mbit=None, low_mbit=None, phase=None, phases=None, model=None, batch=None)
     plan = bench.plan_of(args, lambda msg: pytest.fail(msg))
@@ -93,3 +94,10 @@ def test_bad_arguments_are_refused_naming_the_flag(bench, capsys, argv, message)
     with pytest.raises(SystemExit):
         bench.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_the_latest_scenario_meets_none_of_the_rates_read_before_it(bench):
+    rates = {r for r, _ in bench.HELDOUT["heldout-transformer-15000"]["phases"]}
+    for name in ("heldout-transformer", "heldout-mlp"):
+        assert rates.isdisjoint({r for r, _ in bench.HELDOUT[name]["phases"]})
+    assert rates.isdisjoint({40000.0, 20000.0, 10000.0, 3000.0, 1000.0, 500.0, 300.0, 250.0, 200.0})
