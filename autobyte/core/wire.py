@@ -290,7 +290,8 @@ class WireTuner(Tuner):
                    f"{slow:.1f} samples/s, {counts}), below 1 + min_gain = {1 + pref.min_gain:g}")
         rate = self._link_rate(obs) if self._reading(obs) and self.chosen == here else None
         self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why,
-                             "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(), "rates": [] if rate is None else [rate]})
+                             "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(), "rates": [] if rate is None else [rate],
+                             "link_busy": {here: obs.link_busy}})  # what the link-bound rule would have read (its calibration)
         if self.chosen == here:
             return None  # nothing moves; observe() logs the choice
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)

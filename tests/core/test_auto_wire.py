@@ -484,6 +484,7 @@ def test_conditions_met_before_are_recognised_by_the_link_rate_too(back_rate, re
 
     wires = [step(FAST, 22.0), step(FAST, 22.0), step(FAST, 22.0), step(FAST, 22.0)]
     assert wires == ["fp32", "bf16", "bf16", "bf16"] and t.choices[0]["rates"] == [22e6] * 3
+    assert t.choices[0]["link_busy"] == {"bf16": None}  # the reading that decided it: none measured here
     wires = [step(SLOW, 50.0, True), step(SLOW, 50.0), step(SLOW, 50.0)]  # another link, compared
     assert wires == ["bf16", "fp32", "bf16"]
     wires = [step(FAST, back_rate, True), step(FAST, back_rate)]
