@@ -31,7 +31,8 @@ credit (the inner tuner):
   the median of the comparison's reading and the last
   :data:`STEADY_READINGS` readings (checks and full windows) the choice then
   ran at its partition and credit (the comparison's reading is one check,
-  often the one that showed the change);
+  often the one that showed the change), in speed and in the link rate
+  achieved (16 bits can hide two links' difference in speed, not in rate);
 * a comparison moves at a check (half a window) where that check leaves no
   doubt (except at the job's first measurement, taken over a whole window:
   the first iterations run cold), and measures again where 16 bits measured a gain outside
