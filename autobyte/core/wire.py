@@ -292,7 +292,7 @@ class WireTuner(Tuner):
         rate = self._link_rate(obs) if self._reading(obs) and self.chosen == here else None
         self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why,
                              "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(), "rates": [] if rate is None else [rate],
-                             "link_busy": {here: obs.link_busy}})  # what the link-bound rule would have read (its calibration)
+                             "link_busy": {here: obs.link_busy}})  # as the link-bound rule's choices keep it: its calibration
         if self.chosen == here:
             return None  # nothing moves; observe() logs the choice
         return Decision(replace(at, wire=self.chosen), why, fast if self.chosen == pref.low else slow)
@@ -319,7 +319,7 @@ class WireTuner(Tuner):
         why = (f"wire {pref.low}, for speed: the link busy {busy:.0%} of {pref.low}'s time: fp32's twice the bytes need at "
                f"least {bound:.2f}x it (at up to {FP32_RATE:g}x {pref.low}'s rate), at least 1 + 2 * min_gain = "
                f"{1 + 2 * pref.min_gain:g}; fp32 not measured")
-        self.choices.append({"iteration": obs.iteration, "wire": pref.low, "bound": bound, "link_busy": busy, "reason": why,
+        self.choices.append({"iteration": obs.iteration, "wire": pref.low, "bound": bound, "link_busy": {pref.low: busy}, "reason": why,
                              "speeds": {pref.low: float(obs.speed)}, "at": at.to_dict()})
         return True
 
@@ -383,7 +383,8 @@ class WireTuner(Tuner):
     def _steady(self, obs: Observation) -> None:
         """A reading (a check, or a full window) at the precision chosen by the last comparison, at its partition and
         credit, kept with it (its last :data:`STEADY_READINGS`), and the link rate it achieved: with its own reading,
-        the speed and rate :meth:`_met_before` recognises these conditions by. A window holds its first check's iterations again: the median weighs both."""
+        the speed and rate :meth:`_met_before` recognises these conditions by. A window holds its first check's
+        iterations again: the median weighs both."""
         last = self.choices[-1] if self.choices else None
         if (last is None or "speeds" not in last or obs.config.wire != last["wire"] or _fp32(obs.config).to_dict() != last["at"]
                 or not self._reading(obs)):

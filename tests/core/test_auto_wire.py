@@ -433,7 +433,7 @@ def test_16_bits_that_keep_the_link_busy_stay_without_an_fp32_trial(busy, trial)
     else:
         assert wires[4:] == ["bf16", "bf16"] and t.chosen == "bf16"
         c = t.choices[-1]
-        assert c["iteration"] == 40 and c["bound"] == pytest.approx(2 * busy / 1.5) and c["link_busy"] == busy
+        assert c["iteration"] == 40 and c["bound"] == pytest.approx(2 * busy / 1.5) and c["link_busy"] == {"bf16": busy}
         assert c["reason"] == (f"wire bf16, for speed: the link busy {busy:.0%} of bf16's time: fp32's twice the bytes need "
                                f"at least {2 * busy / 1.5:.2f}x it (at up to 1.5x bf16's rate), at least 1 + 2 * min_gain "
                                "= 1.1; fp32 not measured")
