@@ -33,6 +33,11 @@ credit (the inner tuner):
   ran at its partition and credit (the comparison's reading is one check,
   often the one that showed the change), in speed and in the link rate
   achieved (16 bits can hide two links' difference in speed, not in rate);
+* nor is a slower link where 16 bits paid without doubt: where 16 bits, in
+  force, achieve a link rate below (by more than that threshold) the one they
+  achieved where a comparison measured them at least ``1 + 2 * min_gain``
+  times fp32, and keep the link at least as busy as there, they stay (fp32's
+  twice the bytes cost more on the slower link, compute no larger against it);
 * a comparison moves at a check (half a window) where that check leaves no
   doubt (except at the job's first measurement, taken over a whole window:
   the first iterations run cold), and measures again where 16 bits measured a gain outside
@@ -242,6 +247,12 @@ class WireTuner(Tuner):
         rate = float(min(obs.features.bw_up_Bps))
         return rate if math.isfinite(rate) and rate > 0 else None
 
+    @staticmethod
+    def _busy(obs: Observation) -> float | None:
+        """The share of ``obs``'s time the link was busy (``Observation.link_busy``); ``None`` where not measured."""
+        busy = obs.link_busy
+        return float(busy) if busy is not None and math.isfinite(busy) else None
+
     def _needed(self) -> int:
         """Windows each precision needs: one where the first of each leaves no doubt (:meth:`_without_doubt`),
         else ``windows``."""
@@ -268,7 +279,7 @@ class WireTuner(Tuner):
             measured = statistics.median(self._speeds[here])
             if not self._speeds.get(other) and (self._link_bound(obs, at) or
                                                 self._met_before(here, measured, at, obs.iteration, obs.change_threshold,
-                                                                 self._link_rate(obs))):
+                                                                 self._link_rate(obs), self._busy(obs))):
                 return None  # 16 bits pay without a trial, or conditions met before: the precision in force stays
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
@@ -289,9 +300,11 @@ class WireTuner(Tuner):
             self.chosen = "fp32"
             why = (f"wire fp32, for exactness: {pref.low} measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
                    f"{slow:.1f} samples/s, {counts}), below 1 + min_gain = {1 + pref.min_gain:g}")
-        rate = self._link_rate(obs) if self._reading(obs) and self.chosen == here else None
+        mine = self._reading(obs) and self.chosen == here
+        rate, busy = (self._link_rate(obs), self._busy(obs)) if mine else (None, None)
         self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why,
                              "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(), "rates": [] if rate is None else [rate],
+                             "busy": [] if busy is None else [busy],
                              "link_busy": {here: obs.link_busy}})  # as the link-bound rule's choices keep it: its calibration
         if self.chosen == here:
             return None  # nothing moves; observe() logs the choice
@@ -324,16 +337,17 @@ class WireTuner(Tuner):
         return True
 
     def _met_before(self, here: str, measured: float, at: Config, iteration: int, threshold: float | None,
-                    rate: float | None = None) -> bool:
-        """Whether these conditions were met before: ``here`` chosen, without doubt, by a comparison at ``at`` in
-        which ``here`` measured within ``threshold`` of ``measured``; if so it is chosen again, and logged.
+                    rate: float | None = None, busy: float | None = None) -> bool:
+        """Whether these conditions were met before, or 16 bits run on a slower link than where they were chosen: if
+        so ``here`` is chosen again, and logged.
 
-        ``threshold`` is the controller's: the relative speed change it reads as a change of conditions
-        (``Observation.change_threshold``); a smaller one is, to the controller, the same conditions. ``None``
-        (a controller that tells no conditions apart): nothing is met before. Not ``min_gain``: two checks of one
-        configuration on the slow link of docs/benchmarks.md 1.5 differ by a few percent (its iterations by
-        ~10%): at ``min_gain`` (5%) a return to that link read bf16 at 97.3 against 102.7 samples/s, 5.4% apart,
-        and fp32 was tried again at 1.8x bf16's time.
+        Met before: ``here`` chosen, without doubt, by a comparison at ``at`` in which ``here`` measured within
+        ``threshold`` of ``measured``. ``threshold`` is the controller's: the relative speed change it reads as a
+        change of conditions (``Observation.change_threshold``); a smaller one is, to the controller, the same
+        conditions. ``None`` (a controller that tells no conditions apart): nothing is met before. Not ``min_gain``:
+        two checks of one configuration on the slow link of docs/benchmarks.md 1.5 differ by a few percent (its
+        iterations by ~10%): at ``min_gain`` (5%) a return to that link read bf16 at 97.3 against 102.7 samples/s,
+        5.4% apart, and fp32 was tried again at 1.8x bf16's time.
 
         Only a choice of the precision in force is taken (taking another would move the run, and the move is a
         trial: the comparison runs as usual). Only a choice without doubt (16 bits at least ``1 + 2 * min_gain``
@@ -349,6 +363,15 @@ class WireTuner(Tuner):
         ``heldout-mlp`` bf16 read 3286-3382 samples/s at 12000 and 5000 Mbit/s, within 15% of its 2945-2992 at
         700 Mbit/s, and kept bf16 where fp32 was the preference; the CNN's bf16 achieved 22, 56, 96 and 195-213
         MB/s at 200, 500, 1000 and 3000-40000 Mbit/s: docs/benchmarks.md 1.5).
+
+        A slower link: 16 bits, chosen without doubt (measured at least ``1 + 2 * min_gain`` times fp32), now
+        achieve a link rate below the median of those they achieved there by more than ``threshold``, and keep the
+        link at least as busy (``busy``, against the median of the busy shares there, :attr:`Observation.link_busy`).
+        A slower link, compute no larger against it: fp32's twice the bytes cost more than where they already cost
+        ``2 * min_gain`` (on ``heldout-transformer-15000`` bf16 measured 1.12-1.16x fp32 at 2500 Mbit/s, 1.10-1.45x
+        at 800, 1.28-1.33x at 1200, 1.41-1.61x at 550 and 1.58-1.77x at 320; each new rate's fp32 trial cost ~7
+        iterations at up to 1.6x bf16's time: docs/benchmarks.md 1.5). Not the other way (fp32 on a faster link):
+        where compute is the limit, the rates achieved are the engine's, not the link's.
         """
         pref, where = self.preference, at.to_dict()
         if threshold is None:
@@ -358,41 +381,49 @@ class WireTuner(Tuner):
             if past.get("wire") != here or set(speeds or ()) != {pref.low, "fp32"} or past.get("at") != where:
                 continue
             gain = speeds[pref.low] / speeds["fp32"]
-            steady = past.get("steady", [])
-            then = statistics.median([speeds[here], *steady])
-            if not self._without_doubt(gain) or abs(math.log(measured / then)) > math.log1p(threshold):
+            if not self._without_doubt(gain):
                 continue
-            rates = past.get("rates", [])
-            link = ""
-            if rates and rate is not None:
-                then_rate = statistics.median(rates)
-                if abs(math.log(rate / then_rate)) > math.log1p(threshold):
-                    continue
-                link = f", the link at {rate / 1e6:.1f} MB/s, {then_rate / 1e6:.1f} then"
+            steady, rates, shares = past.get("steady", []), past.get("rates", []), past.get("busy", [])
+            then = statistics.median([speeds[here], *steady])
+            then_rate = statistics.median(rates) if rates else 0.0
+            drift = math.log(rate / then_rate) if rate is not None and then_rate > 0 else None  # the link rate's, now over then
+            bound = math.log1p(threshold)
+            same = (drift is None or abs(drift) <= bound) and abs(math.log(measured / then)) <= bound
+            slower = (here == pref.low and drift is not None and -drift > bound and busy is not None and bool(shares)
+                      and busy >= statistics.median(shares))
+            if not (same or slower):
+                continue
             self.chosen = here
             after = f" and {len(steady)} reading{'s' if len(steady) > 1 else ''} after it" if steady else ""
-            why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} measured "
-                   f"{measured:.1f} samples/s, {then:.1f} at iteration {past['iteration']}{after}{link}, within the "
-                   f"controller's {threshold:.0%}, where {pref.low} "
-                   f"measured {gain:.3f}x fp32); {'fp32' if here == pref.low else pref.low} not measured again")
+            link = "" if drift is None or rate is None else f", the link at {rate / 1e6:.1f} MB/s, {then_rate / 1e6:.1f} then"
+            if same:
+                why = (f"wire {here}, for {'speed' if here == pref.low else 'exactness'}: conditions met before ({here} "
+                       f"measured {measured:.1f} samples/s, {then:.1f} at iteration {past['iteration']}{after}{link}, within "
+                       f"the controller's {threshold:.0%}, where {pref.low} measured {gain:.3f}x fp32); "
+                       f"{'fp32' if here == pref.low else pref.low} not measured again")
+            else:
+                why = (f"wire {here}, for speed: a slower link than where {here} measured {gain:.3f}x fp32 (iteration "
+                       f"{past['iteration']}{after}{link}, below by more than the controller's {threshold:.0%}; the link busy "
+                       f"{busy:.0%} of {here}'s time, {statistics.median(shares):.0%} then): fp32's twice the bytes cost "
+                       "more here; fp32 not measured")
             self.choices.append({"iteration": iteration, "wire": here, "gain": gain, "reason": why,
-                                 "recalled": past["iteration"]})
+                                 "recalled": past["iteration"], **({} if same else {"slower_link": True})})
             return True
         return False
 
     def _steady(self, obs: Observation) -> None:
         """A reading (a check, or a full window) at the precision chosen by the last comparison, at its partition and
-        credit, kept with it (its last :data:`STEADY_READINGS`), and the link rate it achieved: with its own reading,
-        the speed and rate :meth:`_met_before` recognises these conditions by. A window holds its first check's
-        iterations again: the median weighs both."""
+        credit, kept with it (its last :data:`STEADY_READINGS`), with the link rate it achieved and the share of its
+        time the link was busy: with its own reading, what :meth:`_met_before` recognises these conditions, and a
+        slower link, by. A window holds its first check's iterations again: the median weighs both."""
         last = self.choices[-1] if self.choices else None
         if (last is None or "speeds" not in last or obs.config.wire != last["wire"] or _fp32(obs.config).to_dict() != last["at"]
                 or not self._reading(obs)):
             return
         last["steady"] = [*last.get("steady", []), float(obs.speed)][-STEADY_READINGS:]
-        rate = self._link_rate(obs)
-        if rate is not None and "rates" in last:
-            last["rates"] = [*last["rates"], rate][-STEADY_READINGS - 1:]
+        for key, value in (("rates", self._link_rate(obs)), ("busy", self._busy(obs))):
+            if value is not None and key in last:
+                last[key] = [*last[key], value][-STEADY_READINGS - 1:]
 
     # ------------------------------------------------------------ the inner tuner
     def _inward(self, obs: Observation) -> tuple[Tuner, Observation]:

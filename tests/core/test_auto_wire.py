@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -507,3 +508,88 @@ def test_a_state_saved_before_rates_were_kept_recalls_by_speed_alone():
     b.load_state_dict(state)
     o = Observation(100, replace(START, wire="bf16"), 159.0, at_rate(500.0), regime_changed=True, change_threshold=0.15)
     assert b.observe(o) is None and b.choices[-1]["recalled"] == 20
+
+
+class Link:
+    """A job fed window by window on links given by the rate 16 bits achieve and the share of time they keep it busy;
+    fp32 achieves the same rate (the tests read 16 bits' only)."""
+
+    def __init__(self, t: WireTuner | None = None, start: Config = START) -> None:
+        self.t = t if t is not None else WireTuner()
+        self.current = self.t.start(tc.SPACE, start)
+        self.k = 0
+
+    def step(self, speeds: dict[str, float], mb_s: float, busy: float | None, changed: bool = False) -> str:
+        self.k += 1
+        wire = self.current.wire
+        d = self.t.observe(Observation(10 * self.k, self.current, speeds[wire], at_rate(mb_s), regime_changed=changed,
+                                       change_threshold=0.15, link_busy=busy))
+        self.current = d.config if d is not None else self.current
+        return wire
+
+    def phase(self, speeds: dict[str, float], mb_s: float, busy: float | None, n: int = 3) -> list[str]:
+        return [self.step(speeds, mb_s, busy, changed=k == 0) for k in range(n)]
+
+
+MID = {"fp32": 100.0, "bf16": 120.0}  # a link where 16 bits measured 1.2x fp32: without doubt (at least 1.1x)
+SLOWER = {"fp32": 40.0, "bf16": 70.0}
+
+
+@pytest.mark.parametrize("mb_s, busy, kept", [
+    (40.0, 0.75, True),  # a slower link (40 against 60 MB/s), busier: fp32 not tried
+    (40.0, 0.70, True),  # as busy as there (the median of 0.66, 0.70, 0.72)
+    (40.0, 0.60, False),  # slower but less busy: compute grew against the link; a comparison
+    (53.0, 0.75, False),  # 12% slower: within the controller's 15%, and bf16's speed is not what it was: a comparison
+    (40.0, None, False),  # the busy share not measured: a comparison
+])
+def test_16_bits_stay_without_a_trial_on_a_slower_link_at_least_as_busy(mb_s, busy, kept):
+    job = Link()
+    # bf16 measured 1.2x fp32 at a link rate of 60 MB/s, its link busy 66-72% of its time (its reading, the windows after)
+    assert [job.step(MID, 60.0, b) for b in (0.5, 0.66, 0.70, 0.72)] == ["fp32", "bf16", "bf16", "bf16"]
+    assert job.t.choices[0]["busy"] == [0.66, 0.70, 0.72]
+    wires = job.phase(SLOWER, mb_s, busy)
+    assert wires == (["bf16"] * 3 if kept else ["bf16", "fp32", "bf16"])
+    c = job.t.choices[-1]
+    assert c.get("slower_link", False) == kept
+    if kept:
+        assert c["recalled"] == 20 and c["wire"] == "bf16" and c["gain"] == pytest.approx(1.2)
+        assert c["reason"] == ("wire bf16, for speed: a slower link than where bf16 measured 1.200x fp32 (iteration 20 and 2 "
+                               "readings after it, the link at 40.0 MB/s, 60.0 then, below by more than the controller's 15%; "
+                               f"the link busy {busy:.0%} of bf16's time, {statistics.median(job.t.choices[0]['busy']):.0%} "
+                               "then): fp32's twice the bytes cost more here; fp32 not measured")
+
+
+def test_busy_shares_are_kept_as_rates_are_the_deciding_readings_where_it_ran_the_choice_and_the_readings_after():
+    job = Link()
+    job.step(MID, 60.0, 0.5)  # fp32's reading: not bf16's busy share
+    job.step(MID, 60.0, 0.66)  # bf16's, which decides (bf16 in force)
+    assert job.t.choices[0]["busy"] == [0.66] and job.t.choices[0]["link_busy"] == {"bf16": 0.66}
+    for k in range(12):
+        job.step(MID, 60.0, 0.70 + k / 100)
+    assert job.t.choices[0]["busy"] == pytest.approx([0.70 + k / 100 for k in range(3, 12)])  # the last 9, as rates
+    assert len(job.t.choices[0]["rates"]) == 9
+
+
+def test_a_slower_link_is_recognised_only_from_16_bits_chosen_without_doubt_and_never_for_fp32():
+    # 16 bits at 1.08x fp32: chosen (at least 1.05x), in doubt (below 1.1x): a slower link is compared again
+    job = Link()
+    job.phase({"fp32": 100.0, "bf16": 108.0}, 60.0, 0.70, n=6)
+    assert job.t.chosen == "bf16" and "slower_link" not in job.t.choices[-1]
+    assert job.phase(SLOWER, 40.0, 0.8) == ["bf16", "fp32", "bf16"] and "slower_link" not in job.t.choices[-1]
+    # fp32 chosen without doubt (16 bits no faster), then fp32 in force on a slower link: bf16 is tried
+    job = Link()
+    assert job.phase({"fp32": 100.0, "bf16": 95.0}, 60.0, 0.5, n=4) == ["fp32", "bf16", "fp32", "fp32"]
+    assert job.phase({"fp32": 60.0, "bf16": 95.0}, 40.0, 0.9)[:2] == ["fp32", "bf16"]
+
+
+def test_a_state_saved_before_busy_shares_were_kept_recognises_no_slower_link():
+    job = Link()
+    job.phase(MID, 60.0, 0.70, n=4)
+    state = json.loads(json.dumps(job.t.state_dict()))
+    for c in state["choices"]:
+        c.pop("busy", None)
+    b = Link(WireTuner(), replace(START, wire="bf16"))
+    b.t.load_state_dict(state)
+    assert b.phase(SLOWER, 40.0, 0.8) == ["bf16", "fp32", "bf16"]  # (at 0.8 the link-bound rule does not fire)
+    job.t.load_state_dict(json.loads(json.dumps(job.t.state_dict())))  # and one saved with them does
+    assert job.phase(SLOWER, 40.0, 0.8) == ["bf16"] * 3 and job.t.choices[-1]["slower_link"]
