@@ -17,7 +17,7 @@ Three scenarios:
   (compute-bound) and ``--low-mbit`` (link-bound) every ``--phase``
   iterations, ``--phases`` phases. ``wire="auto"``'s rules were designed on
   this trace and on the demo's.
-* ``--scenario heldout-transformer`` and ``--scenario heldout-mlp``: kept
+* ``--scenario heldout-*`` (:data:`HELDOUT`): kept
   apart for judging, each written before any run of it (:data:`HELDOUT`):
   another model (the transformer of the benchmark suite, 4.6M parameters, 16
   MiB of them in the embedding, the first layer: the tensor sent first and
@@ -29,7 +29,9 @@ Three scenarios:
   on a new one (``heldout-transformer`` judged the rules of ``b09314e``,
   ``heldout-mlp`` those of ``ca35895``, ``heldout-transformer-15000`` (the
   transformer at the first one's batch, at rates none read before) those
-  of the recognition by link rate).
+  of the recognition by link rate, ``heldout-transformer-18000`` (the same
+  model, new rates, a link that gets slower and faster in turn) those of
+  the recognition of a slower link).
 
 A phase's kind is measured when static fp32 and static bf16 both ran: a phase
 is link-bound where static bf16's median time per iteration is at least
@@ -93,6 +95,14 @@ HELDOUT: dict[str, dict[str, Any]] = {
         "batch": 1024,
         "phases": [(12000.0, 40), (700.0, 30), (2000.0, 30), (350.0, 30), (12000.0, 30), (450.0, 40), (5000.0, 30),
                    (350.0, 20), (900.0, 30)],
+    },
+    # written after heldout-transformer-15000's runs had been read (its fp32 trials at each new link-bound rate
+    # motivated the recognition of a slower link): links that get slower and faster in turn, new rates
+    "heldout-transformer-18000": {
+        "model": "transformer",
+        "batch": 48,
+        "phases": [(18000.0, 50), (650.0, 50), (1800.0, 40), (380.0, 50), (6000.0, 40), (260.0, 40), (18000.0, 40),
+                   (1100.0, 50), (480.0, 40), (3500.0, 40)],
     },
 }
 
