@@ -17,8 +17,8 @@ Three scenarios:
   (compute-bound) and ``--low-mbit`` (link-bound) every ``--phase``
   iterations, ``--phases`` phases. ``wire="auto"``'s rules were designed on
   this trace and on the demo's.
-* ``--scenario heldout-*`` (:data:`HELDOUT`): kept
-  apart for judging, each written before any run of it (:data:`HELDOUT`):
+* ``--scenario heldout-*``: kept apart for judging, each written before
+  any run of it (:data:`HELDOUT`):
   another model (the transformer of the benchmark suite, 4.6M parameters, 16
   MiB of them in the embedding, the first layer: the tensor sent first and
   ready last; the MLP of the suite, 10.5M parameters in two matrices of 24
