@@ -322,8 +322,8 @@ class WireTuner(Tuner):
         16 bits' time for ~7 iterations: docs/benchmarks.md 1.5). Only from a reading (:meth:`_reading`); never from
         fp32 (half the bytes bound 16 bits' gain from above, not below: their trial is the comparison).
         """
-        pref, busy = self.preference, obs.link_busy
-        if obs.config.wire != pref.low or busy is None or not self._reading(obs) or not math.isfinite(busy):
+        pref, busy = self.preference, self._busy(obs)
+        if obs.config.wire != pref.low or busy is None or not self._reading(obs):
             return False
         bound = 2.0 * busy / FP32_RATE
         if bound < 1 + 2 * pref.min_gain:
@@ -389,8 +389,9 @@ class WireTuner(Tuner):
             drift = math.log(rate / then_rate) if rate is not None and then_rate > 0 else None  # the link rate's, now over then
             bound = math.log1p(threshold)
             same = (drift is None or abs(drift) <= bound) and abs(math.log(measured / then)) <= bound
-            slower = (here == pref.low and drift is not None and -drift > bound and busy is not None and bool(shares)
-                      and busy >= statistics.median(shares))
+            then_busy = statistics.median(shares) if shares else None
+            slower = (here == pref.low and drift is not None and -drift > bound and busy is not None and then_busy is not None
+                      and busy >= then_busy)
             if not (same or slower):
                 continue
             self.chosen = here
@@ -404,7 +405,7 @@ class WireTuner(Tuner):
             else:
                 why = (f"wire {here}, for speed: a slower link than where {here} measured {gain:.3f}x fp32 (iteration "
                        f"{past['iteration']}{after}{link}, below by more than the controller's {threshold:.0%}; the link busy "
-                       f"{busy:.0%} of {here}'s time, {statistics.median(shares):.0%} then): fp32's twice the bytes cost "
+                       f"{busy:.0%} of {here}'s time, {then_busy:.0%} then): fp32's twice the bytes cost "
                        "more here; fp32 not measured")
             self.choices.append({"iteration": iteration, "wire": here, "gain": gain, "reason": why,
                                  "recalled": past["iteration"], **({} if same else {"slower_link": True})})
