@@ -466,22 +466,36 @@ def at_rate(mb_s: float):
     """The features of a window whose link achieved ``mb_s`` MB/s on every rank (0: no message measured)."""
     return replace(FEATURES, bw_up_Bps=np.full(FEATURES.n_workers, mb_s * 1e6), bw_down_Bps=np.full(FEATURES.n_workers, mb_s * 1e6))
 
+class Link:
+    """A job fed window by window on links given by the rate 16 bits achieve and the share of time they keep it busy;
+    fp32 achieves the same rate (the tests read 16 bits' only)."""
+
+    def __init__(self, t: WireTuner | None = None, start: Config = START) -> None:
+        self.t = t if t is not None else WireTuner()
+        self.current = self.t.start(tc.SPACE, start)
+        self.k = 0
+
+    def step(self, speeds: dict[str, float], mb_s: float, busy: float | None, changed: bool = False) -> str:
+        self.k += 1
+        wire = self.current.wire
+        d = self.t.observe(Observation(10 * self.k, self.current, speeds[wire], at_rate(mb_s), regime_changed=changed,
+                                       change_threshold=0.15, link_busy=busy))
+        self.current = d.config if d is not None else self.current
+        return wire
+
+    def phase(self, speeds: dict[str, float], mb_s: float, busy: float | None, n: int = 3) -> list[str]:
+        return [self.step(speeds, mb_s, busy, changed=k == 0) for k in range(n)]
+
 
 @pytest.mark.parametrize("back_rate, recalled", [(24.0, True), (19.5, True), (18.0, False), (60.0, False), (0.0, True)])
 def test_conditions_met_before_are_recognised_by_the_link_rate_too(back_rate, recalled):
     # bf16 on a slow link (22 MB/s achieved) chosen at 1.6x fp32; later bf16 runs as fast again on a link it achieves
     # back_rate on: within the controller's 15% of 22 (or unknown: no message) the same conditions, 60 MB/s another link
-    t = WireTuner()
-    current = t.start(tc.SPACE, START)
-    k = 0
+    job = Link()
+    t = job.t
 
     def step(speeds, mb_s, changed=False):
-        nonlocal current, k
-        k += 1
-        wire = current.wire
-        d = t.observe(Observation(10 * k, current, speeds[wire], at_rate(mb_s), regime_changed=changed, change_threshold=0.15))
-        current = d.config if d is not None else current
-        return wire
+        return job.step(speeds, mb_s, None, changed)
 
     wires = [step(FAST, 22.0), step(FAST, 22.0), step(FAST, 22.0), step(FAST, 22.0)]
     assert wires == ["fp32", "bf16", "bf16", "bf16"] and t.choices[0]["rates"] == [22e6] * 3
@@ -508,27 +522,6 @@ def test_a_state_saved_before_rates_were_kept_recalls_by_speed_alone():
     b.load_state_dict(state)
     o = Observation(100, replace(START, wire="bf16"), 159.0, at_rate(500.0), regime_changed=True, change_threshold=0.15)
     assert b.observe(o) is None and b.choices[-1]["recalled"] == 20
-
-
-class Link:
-    """A job fed window by window on links given by the rate 16 bits achieve and the share of time they keep it busy;
-    fp32 achieves the same rate (the tests read 16 bits' only)."""
-
-    def __init__(self, t: WireTuner | None = None, start: Config = START) -> None:
-        self.t = t if t is not None else WireTuner()
-        self.current = self.t.start(tc.SPACE, start)
-        self.k = 0
-
-    def step(self, speeds: dict[str, float], mb_s: float, busy: float | None, changed: bool = False) -> str:
-        self.k += 1
-        wire = self.current.wire
-        d = self.t.observe(Observation(10 * self.k, self.current, speeds[wire], at_rate(mb_s), regime_changed=changed,
-                                       change_threshold=0.15, link_busy=busy))
-        self.current = d.config if d is not None else self.current
-        return wire
-
-    def phase(self, speeds: dict[str, float], mb_s: float, busy: float | None, n: int = 3) -> list[str]:
-        return [self.step(speeds, mb_s, busy, changed=k == 0) for k in range(n)]
 
 
 MID = {"fp32": 100.0, "bf16": 120.0}  # a link where 16 bits measured 1.2x fp32: without doubt (at least 1.1x)
