@@ -31,7 +31,8 @@ Three scenarios:
   transformer at the first one's batch, at rates none read before) those
   of the recognition by link rate, ``heldout-transformer-18000`` (the same
   model, new rates, a link that gets slower and faster in turn) those of
-  the recognition of a slower link).
+  the recognition of a slower link, ``heldout-transformer-16000`` (the same
+  model, new rates) those of a comparison's readings kept as references).
 
 A phase's kind is measured when static fp32 and static bf16 both ran: a phase
 is link-bound where static bf16's median time per iteration is at least
@@ -103,6 +104,15 @@ HELDOUT: dict[str, dict[str, Any]] = {
         "batch": 48,
         "phases": [(18000.0, 50), (650.0, 50), (1800.0, 40), (380.0, 50), (6000.0, 40), (260.0, 40), (18000.0, 40),
                    (1100.0, 50), (480.0, 40), (3500.0, 40)],
+    },
+    # written after heldout-transformer-18000's runs had been read (its first link-bound phase compared twice where
+    # the first choice, decided at fp32's reading, kept no rate of bf16's): new rates, three drops from
+    # compute-bound to link-bound, the link slower and faster in turn
+    "heldout-transformer-16000": {
+        "model": "transformer",
+        "batch": 48,
+        "phases": [(16000.0, 50), (580.0, 50), (2200.0, 40), (340.0, 50), (7000.0, 40), (280.0, 40), (16000.0, 40),
+                   (420.0, 40), (1300.0, 50), (4500.0, 40)],
     },
 }
 

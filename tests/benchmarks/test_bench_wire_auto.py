@@ -62,7 +62,8 @@ def test_a_phase_is_link_bound_only_where_bf16_measured_min_gain_faster(bench):
 
 @pytest.mark.parametrize("scenario, model", [("heldout-transformer", "transformer"), ("heldout-mlp", "mlp"),
                                              ("heldout-transformer-15000", "transformer"),
-                                             ("heldout-transformer-18000", "transformer")])
+                                             ("heldout-transformer-18000", "transformer"),
+                                             ("heldout-transformer-16000", "transformer")])
 def test_the_heldout_scenarios_are_fixed(bench, scenario, model):
     args = argparse.Namespace(scenario=scenario, high_mbit=None, low_mbit=None, phase=None, phases=None, model=None, batch=None)
     plan = bench.plan_of(args, lambda msg: pytest.fail(msg))
@@ -111,5 +112,17 @@ def test_the_slower_link_scenario_meets_none_of_the_rates_read_before_it(bench):
     assert rates.isdisjoint({40000.0, 20000.0, 10000.0, 3000.0, 1000.0, 500.0, 300.0, 250.0, 200.0})
     # the link gets slower and faster in turn: a slower link follows a faster one, and a faster one a slower one
     plan = [r for r, _ in bench.HELDOUT["heldout-transformer-18000"]["phases"]]
+    steps = list(zip(plan, plan[1:]))
+    assert sum(b < a for a, b in steps) >= 4 and sum(b > a for a, b in steps) >= 4
+
+
+def test_the_readings_scenario_meets_none_of_the_rates_read_before_it(bench):
+    rates = {r for r, _ in bench.HELDOUT["heldout-transformer-16000"]["phases"]}
+    for name in ("heldout-transformer", "heldout-mlp", "heldout-transformer-15000", "heldout-transformer-18000"):
+        assert rates.isdisjoint({r for r, _ in bench.HELDOUT[name]["phases"]})
+    assert rates.isdisjoint({40000.0, 20000.0, 10000.0, 3000.0, 1000.0, 500.0, 300.0, 250.0, 200.0})
+    # three drops from compute-bound rates to link-bound ones: where a first comparison is taken
+    plan = [r for r, _ in bench.HELDOUT["heldout-transformer-16000"]["phases"]]
+    assert sum(a >= 4000 and b <= 600 for a, b in zip(plan, plan[1:])) == 3
     steps = list(zip(plan, plan[1:]))
     assert sum(b < a for a, b in steps) >= 4 and sum(b > a for a, b in steps) >= 4
