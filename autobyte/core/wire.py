@@ -68,7 +68,7 @@ import logging
 import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .space import WIRES, Config, SearchSpace
 from .tuning import Decision, Observation, StaticTuner, Tuner
@@ -90,6 +90,16 @@ STEADY_READINGS = 8
 #: Mbit/s, the engine's sending the limit, not the link) up to 1.75x, where the rule that reads it cannot fire
 #: (``benchmarks/wire_readings.py``, docs/benchmarks.md 1.5)
 FP32_RATE = 1.5
+
+class Reading(NamedTuple):
+    """One reading a comparison keeps: its speed, the link rate it achieved and the share of its time the link was
+    busy (``None``: not measured); the choice keeps its precision's rates and busy shares to recognise a slower link
+    and conditions met before by."""
+
+    speed: float
+    rate: float | None
+    busy: float | None
+
 
 #: the 16-bit precisions a preference may name
 LOW_WIRES = tuple(w for w in WIRES if w != "fp32")
@@ -199,8 +209,8 @@ class WireTuner(Tuner):
         self.rate_rise = self.inner.rate_rise
         self.step_change = self.inner.step_change
         self.noise_z = self.inner.noise_z
-        #: speeds per precision measured at :attr:`_at` in the current conditions (empty: none yet)
-        self._speeds: dict[str, list[float]] = {}
+        #: readings per precision measured at :attr:`_at` in the current conditions (empty: none yet)
+        self._speeds: dict[str, list[Reading]] = {}
         #: partition and credit of the comparison under way (``None``: the one in force when it starts)
         self._at: Config | None = None
         #: the precision chosen in the current conditions (``None``: the comparison is under way)
@@ -253,14 +263,17 @@ class WireTuner(Tuner):
         busy = obs.link_busy
         return float(busy) if busy is not None and math.isfinite(busy) else None
 
+    def _median(self, wire: str) -> float:
+        """The median speed of the comparison's readings at ``wire``."""
+        return statistics.median(r.speed for r in self._speeds[wire])
+
     def _needed(self) -> int:
         """Windows each precision needs: one where the first of each leaves no doubt (:meth:`_without_doubt`),
         else ``windows``."""
         pref = self.preference
         if not all(self._speeds.get(w) for w in ("fp32", pref.low)):
             return 1
-        gain = statistics.median(self._speeds[pref.low]) / statistics.median(self._speeds["fp32"])
-        return 1 if self._without_doubt(gain) else pref.windows
+        return 1 if self._without_doubt(self._median(pref.low) / self._median("fp32")) else pref.windows
 
     def _compare(self, obs: Observation) -> Decision | None:
         """Measure both precisions at the configuration in force; the decision once both have their windows."""
@@ -269,21 +282,21 @@ class WireTuner(Tuner):
         if self._at != at:  # the comparison runs at one partition and credit
             self._at, self._speeds = at, {}
         if self._reading(obs):
-            self._speeds.setdefault(here, []).append(obs.speed)
+            self._speeds.setdefault(here, []).append(Reading(float(obs.speed), self._link_rate(obs), self._busy(obs)))
         other = pref.low if here == "fp32" else "fp32"
         goal = "exactness" if other == "fp32" else "speed"  # what a trial of the other precision is for
         need = self._needed()
         if len(self._speeds.get(here, [])) < need:
             return None
         if len(self._speeds.get(other, [])) < need:
-            measured = statistics.median(self._speeds[here])
+            measured = self._median(here)
             if not self._speeds.get(other) and (self._link_bound(obs, at) or
                                                 self._met_before(here, measured, at, obs.iteration, obs.change_threshold,
                                                                  self._link_rate(obs), self._busy(obs))):
                 return None  # 16 bits pay without a trial, or conditions met before: the precision in force stays
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
-        fast, slow = statistics.median(self._speeds[pref.low]), statistics.median(self._speeds["fp32"])
+        fast, slow = self._median(pref.low), self._median("fp32")
         gain = fast / slow
         if not PLAUSIBLE[0] <= gain <= PLAUSIBLE[1]:
             # half the bytes cannot make that difference: conditions changed between the two measurements without
@@ -300,11 +313,11 @@ class WireTuner(Tuner):
             self.chosen = "fp32"
             why = (f"wire fp32, for exactness: {pref.low} measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
                    f"{slow:.1f} samples/s, {counts}), below 1 + min_gain = {1 + pref.min_gain:g}")
-        mine = self._reading(obs) and self.chosen == here
-        rate, busy = (self._link_rate(obs), self._busy(obs)) if mine else (None, None)
+        # the rates and busy shares of the comparison's readings at the precision chosen, whichever reading decided
+        mine = self._speeds[self.chosen][-STEADY_READINGS - 1:]
         self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why,
-                             "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(), "rates": [] if rate is None else [rate],
-                             "busy": [] if busy is None else [busy],
+                             "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(),
+                             "rates": [r.rate for r in mine if r.rate is not None], "busy": [r.busy for r in mine if r.busy is not None],
                              "link_busy": {here: obs.link_busy}})  # as the link-bound rule's choices keep it: its calibration
         if self.chosen == here:
             return None  # nothing moves; observe() logs the choice
@@ -358,7 +371,8 @@ class WireTuner(Tuner):
         Mbit/s trace).
 
         The link rate ``rate`` achieved now must also be within ``threshold`` of the median of the rates the
-        choice ran at (its comparison's reading, where it ran the precision chosen, and the readings after it),
+        choice ran at (its comparison's readings of the precision chosen, whichever reading decided it, and the
+        readings after it),
         where both are known: 16 bits can hide a link's difference in speed, not in rate (on the held-out
         ``heldout-mlp`` bf16 read 3286-3382 samples/s at 12000 and 5000 Mbit/s, within 15% of its 2945-2992 at
         700 Mbit/s, and kept bf16 where fp32 was the preference; the CNN's bf16 achieved 22, 56, 96 and 195-213
@@ -415,8 +429,8 @@ class WireTuner(Tuner):
     def _steady(self, obs: Observation) -> None:
         """A reading (a check, or a full window) at the precision chosen by the last comparison, at its partition and
         credit, kept with it (its last :data:`STEADY_READINGS`), with the link rate it achieved and the share of its
-        time the link was busy: with its own reading, what :meth:`_met_before` recognises these conditions, and a
-        slower link, by. A window holds its first check's iterations again: the median weighs both."""
+        time the link was busy: with the comparison's readings, what :meth:`_met_before` recognises these conditions,
+        and a slower link, by. A window holds its first check's iterations again: the median weighs both."""
         last = self.choices[-1] if self.choices else None
         if (last is None or "speeds" not in last or obs.config.wire != last["wire"] or _fp32(obs.config).to_dict() != last["at"]
                 or not self._reading(obs)):
@@ -488,7 +502,8 @@ class WireTuner(Tuner):
     def state_dict(self) -> dict[str, Any]:
         low = self.preference.low
         return {"inner": self.inner.state_dict(), **({"low_inner": self.inners[low].state_dict()} if self._key(low) == low else {}),
-                "speeds": {k: list(v) for k, v in self._speeds.items()},
+                "speeds": {k: [r.speed for r in v] for k, v in self._speeds.items()},
+                "links": {k: [[r.rate, r.busy] for r in v] for k, v in self._speeds.items()},
                 "at": None if self._at is None else self._at.to_dict(), "chosen": self.chosen, "changes": self._changes,
                 "saw": {k: list(v) for k, v in self._saw.items()}, "choices": [dict(c) for c in self.choices]}
 
@@ -497,7 +512,14 @@ class WireTuner(Tuner):
         low = self.preference.low
         if self._key(low) == low and "low_inner" in state:
             self.inners[low].load_state_dict(state["low_inner"])
-        self._speeds = {str(k): [float(x) for x in v] for k, v in state.get("speeds", {}).items() if k in WIRES}
+        links = state.get("links", {})  # a state saved before readings kept their rates: none measured
+
+        def measured(wire: str, i: int) -> tuple[float | None, float | None]:
+            pair = links[wire][i] if i < len(links.get(wire, ())) else (None, None)
+            return (None if pair[0] is None else float(pair[0]), None if pair[1] is None else float(pair[1]))
+
+        self._speeds = {str(k): [Reading(float(x), *measured(k, i)) for i, x in enumerate(v)]
+                        for k, v in state.get("speeds", {}).items() if k in WIRES}
         at = state.get("at")
         self._at = None if at is None else Config.from_dict(at)
         chosen = state.get("chosen")

@@ -198,7 +198,7 @@ def test_a_comparison_moves_at_a_check_only_without_doubt_and_the_inner_tuner_ge
     assert t.check(obs(current, 80.0, 5, window_share=0.5)) is None and t._speeds == {}
     d = t.observe(obs(current, 100.0, 10))  # the first fp32 measurement: try bf16 at once
     assert d is not None and d.reason.startswith("wire trial, for speed: bf16 against fp32")
-    assert t._speeds == {"fp32": [100.0]}
+    assert t.state_dict()["speeds"] == {"fp32": [100.0]}
     bf16 = replace(START, wire="bf16")
     assert t.observe(obs(bf16, 104.0, 20)) is None  # 1.04x: in doubt, 3 windows each
     before = json.dumps(t.state_dict())
@@ -217,7 +217,7 @@ def test_a_gain_half_the_bytes_cannot_explain_starts_the_comparison_again():
     d = t.observe(obs(current, 400.0, 10))
     d = t.observe(obs(d.config, 98.0, 20))
     assert d is not None and d.config.wire == "fp32" and "again (bf16 measured 0.24x fp32" in d.reason and t.chosen is None
-    assert t._speeds == {"bf16": [98.0]}
+    assert t.state_dict()["speeds"] == {"bf16": [98.0]}
     t.observe(obs(d.config, 51.0, 30))
     assert t.chosen == "bf16" and t.choices[-1]["gain"] == pytest.approx(98.0 / 51.0)
 
@@ -586,3 +586,30 @@ def test_a_state_saved_before_busy_shares_were_kept_recognises_no_slower_link():
     assert b.phase(SLOWER, 40.0, 0.8) == ["bf16", "fp32", "bf16"]  # (at 0.8 the link-bound rule does not fire)
     job.t.load_state_dict(json.loads(json.dumps(job.t.state_dict())))  # and one saved with them does
     assert job.phase(SLOWER, 40.0, 0.8) == ["bf16"] * 3 and job.t.choices[-1]["slower_link"]
+
+
+def test_a_choice_decided_at_the_other_precisions_reading_keeps_the_rates_and_busy_shares_of_its_own():
+    # bf16 in force at the start: its reading (60 MB/s, busy 66%), then fp32's trial decides bf16 (1.2x). The choice
+    # keeps bf16's reading as its reference: a slower, busier link right after is kept without an fp32 trial (before,
+    # the choice kept no rate and fp32 was tried again), and conditions met again are recognised by the rate too
+    job = Link(start=replace(START, wire="bf16"))
+    assert [job.step(MID, 60.0, b) for b in (0.66, 0.5)] == ["bf16", "fp32"]
+    assert job.t.chosen == "bf16" and job.t.choices[0]["rates"] == [60e6] and job.t.choices[0]["busy"] == [0.66]
+    assert job.t.choices[0]["link_busy"] == {"fp32": 0.5}  # the deciding reading's, for calibration, as before
+    assert job.phase(SLOWER, 40.0, 0.75) == ["bf16"] * 3 and job.t.choices[-1]["slower_link"]
+    assert "iteration 20, the link at 40.0 MB/s, 60.0 then, below by" in job.t.choices[-1]["reason"]
+    assert job.phase(MID, 58.0, 0.68) == ["bf16"] * 3 and job.t.choices[-1]["recalled"] == 20
+    assert "120.0 at iteration 20, the link at 58.0 MB/s, 60.0 then, within" in job.t.choices[-1]["reason"]
+
+
+def test_a_comparisons_readings_keep_their_rates_across_a_save_and_a_state_saved_without_them_keeps_none():
+    job = Link(start=replace(START, wire="bf16"))
+    job.step(MID, 60.0, 0.66)  # bf16's reading; fp32's trial next
+    state = json.loads(json.dumps(job.t.state_dict()))
+    assert state["links"] == {"bf16": [[60e6, 0.66]]}
+    for links, rates, busy in ((state["links"], [60e6], [0.66]), (None, [], [])):
+        saved = dict(state, links=links) if links is not None else {k: v for k, v in state.items() if k != "links"}
+        b = Link(WireTuner(), job.current)
+        b.t.load_state_dict(saved)
+        b.step(MID, 60.0, 0.5)  # fp32's reading decides bf16
+        assert b.t.choices[0]["wire"] == "bf16" and b.t.choices[0]["rates"] == rates and b.t.choices[0]["busy"] == busy
