@@ -32,7 +32,9 @@ Three scenarios:
   of the recognition by link rate, ``heldout-transformer-18000`` (the same
   model, new rates, a link that gets slower and faster in turn) those of
   the recognition of a slower link, ``heldout-transformer-16000`` (the same
-  model, new rates) those of a comparison's readings kept as references).
+  model, new rates) those of a comparison's readings kept as references,
+  ``heldout-transformer-b16`` (the same model at batch 16, starting on a
+  slow link, new rates) a start at 16 bits).
 
 A phase's kind is measured when static fp32 and static bf16 both ran: a phase
 is link-bound where static bf16's median time per iteration is at least
@@ -113,6 +115,15 @@ HELDOUT: dict[str, dict[str, Any]] = {
         "batch": 48,
         "phases": [(16000.0, 50), (580.0, 50), (2200.0, 40), (340.0, 50), (7000.0, 40), (280.0, 40), (16000.0, 40),
                    (420.0, 40), (1300.0, 50), (4500.0, 40)],
+    },
+    # written after heldout-transformer-16000's runs had been read, before wire="auto" started at 16 bits (the demo's
+    # first 12 iterations ran fp32 on a link-bound start): the transformer at batch 16 (compute a third of batch 48's
+    # against the same gradient), starting on a slow link, new rates
+    "heldout-transformer-b16": {
+        "model": "transformer",
+        "batch": 16,
+        "phases": [(240.0, 60), (9000.0, 40), (520.0, 50), (2700.0, 40), (310.0, 50), (14000.0, 40), (720.0, 40),
+                   (5500.0, 40), (1600.0, 40)],
     },
 }
 

@@ -63,7 +63,8 @@ def test_a_phase_is_link_bound_only_where_bf16_measured_min_gain_faster(bench):
 @pytest.mark.parametrize("scenario, model", [("heldout-transformer", "transformer"), ("heldout-mlp", "mlp"),
                                              ("heldout-transformer-15000", "transformer"),
                                              ("heldout-transformer-18000", "transformer"),
-                                             ("heldout-transformer-16000", "transformer")])
+                                             ("heldout-transformer-16000", "transformer"),
+                                             ("heldout-transformer-b16", "transformer")])
 def test_the_heldout_scenarios_are_fixed(bench, scenario, model):
     args = argparse.Namespace(scenario=scenario, high_mbit=None, low_mbit=None, phase=None, phases=None, model=None, batch=None)
     plan = bench.plan_of(args, lambda msg: pytest.fail(msg))
@@ -126,3 +127,14 @@ def test_the_readings_scenario_meets_none_of_the_rates_read_before_it(bench):
     assert sum(a >= 4000 and b <= 600 for a, b in zip(plan, plan[1:])) == 3
     steps = list(zip(plan, plan[1:]))
     assert sum(b < a for a, b in steps) >= 4 and sum(b > a for a, b in steps) >= 4
+
+
+def test_the_slow_start_scenario_meets_none_of_the_rates_read_before_it(bench):
+    rates = {r for r, _ in bench.HELDOUT["heldout-transformer-b16"]["phases"]}
+    for name in ("heldout-transformer", "heldout-mlp", "heldout-transformer-15000", "heldout-transformer-18000",
+                 "heldout-transformer-16000"):
+        assert rates.isdisjoint({r for r, _ in bench.HELDOUT[name]["phases"]})
+    assert rates.isdisjoint({40000.0, 20000.0, 10000.0, 3000.0, 1000.0, 500.0, 300.0, 250.0, 200.0})
+    # it starts on the slowest link of its trace: where the job's first comparison is taken
+    plan = [r for r, _ in bench.HELDOUT["heldout-transformer-b16"]["phases"]]
+    assert plan[0] == min(plan) and bench.HELDOUT["heldout-transformer-b16"]["batch"] == 16
