@@ -35,8 +35,10 @@ def check_tuning_args(
     elif tuner is not None and not isinstance(tuner, Tuner):
         raise TypeError(f"tuner must be a tuner name, an autobyte Tuner or None, but got tuner={tuner!r}.")
     choice = check_wire_choice(wire)
-    # wire="auto": the run starts at fp32 (the preference's exact updates) and the tuner chooses from there
-    initial = Config(partition_bytes, credit_bytes, "fp32" if isinstance(choice, AutoWire) else choice)
+    # wire="auto": the run starts at the preference's 16 bits, the first precision of the first comparison (where
+    # they keep the link busy, the only one: WireTuner._link_bound; where compute is the limit, fp32's trial follows
+    # and the precision chosen runs from there, after as many iterations at 16 bits as an fp32 start gives them)
+    initial = Config(partition_bytes, credit_bytes, choice.low if isinstance(choice, AutoWire) else choice)
     check_int("window_iters", window_iters)
     check_int("warmup_iters", warmup_iters, minimum=0)
     if space is not None and not isinstance(space, SearchSpace):

@@ -107,7 +107,8 @@ class AutoByteCallback(CallbackState, _KerasCallback):
         wire: the gradients' precision on the wire, ``"fp32"`` (default, exact),
             ``"bf16"`` or ``"fp16"`` (the numerics of DDP's compression hooks;
             docs/torch.md, "16-bit gradients on the wire"); ``"auto"``: fp32
-            unless bf16 is measured at least 5% faster in the current conditions
+            unless bf16 is measured at least 5% faster in the current conditions,
+            starting at bf16, the first precision measured
             (:class:`autobyte.core.wire.AutoWire` for another preference).
 
     Raises:

@@ -407,7 +407,8 @@ def schedule(
             conditions; the tuner (``tuner``, or none: partition and credit
             stay) runs inside :class:`~autobyte.core.wire.WireTuner`, which
             measures both precisions in every set of conditions (a tuner
-            given by name: one of its kind per precision).
+            given by name: one of its kind per precision), starting at
+            16 bits, the first precision measured.
 
     Returns:
         A :class:`ScheduledTraining` handle.

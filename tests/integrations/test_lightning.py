@@ -176,12 +176,13 @@ def test_bad_arguments(kw, exc, match):
         AutoByteCallback(**kw)
 
 
-def test_wire_auto_starts_at_fp32_and_is_handed_to_the_engine():
+def test_wire_auto_starts_at_its_16_bits_and_is_handed_to_the_engine():
     from autobyte.core import AutoWire
 
     cb = AutoByteCallback(wire="auto")
-    assert cb.wire == "auto" and cb.initial.wire == "fp32"
-    assert AutoByteCallback(wire=AutoWire(min_gain=0.1)).wire == AutoWire(min_gain=0.1)
+    assert cb.wire == "auto" and cb.initial.wire == "bf16"
+    fp16 = AutoByteCallback(wire=AutoWire(low="fp16", min_gain=0.1))
+    assert fp16.wire == AutoWire(low="fp16", min_gain=0.1) and fp16.initial.wire == "fp16"
 
 
 def test_gradient_clipping_needs_synchronous_mode(caplog):

@@ -126,17 +126,19 @@ def tuned(data: list) -> tuple[list[np.ndarray], dict[str, Any]]:
 
 
 def auto(data: list) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """wire="auto" (one window per precision): the tuner tries bf16 against fp32 and chooses, at agreed iterations."""
+    """wire="auto" (one window per precision): the run starts at bf16, the tuner tries fp32 against it (unless bf16 keep
+    the link busy) and chooses, at agreed iterations."""
     m, o = make("sgd")
     h = schedule(m, o, partition_bytes=4 * KiB, credit_bytes=8 * KiB, wire=AutoWire(windows=1), window_iters=2,
                  warmup_iters=0, verbose=False)
     for x, y in data:
         step(m, o, x, y)
     h.synchronize()
-    wires = ["fp32"] * len(data)
+    wires = [""] * len(data)  # the history's first entry is the start, at iteration 0
     for it, cfg, _ in h.scheduler.history:
         wires[it:] = [cfg.wire] * (len(data) - it)
-    info = {"wires": wires, "reasons": [r.reason for r in h.reconfigurations]}
+    choices = [c["reason"] for c in getattr(h.controller.tuner, "choices", [])] if h.controller is not None else []
+    info = {"wires": wires, "reasons": [r.reason for r in h.reconfigurations], "choices": choices}
     out = params(m)
     h.close()
     return out, info
