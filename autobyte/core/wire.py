@@ -91,6 +91,7 @@ STEADY_READINGS = 8
 #: (``benchmarks/wire_readings.py``, docs/benchmarks.md 1.5)
 FP32_RATE = 1.5
 
+
 class Reading(NamedTuple):
     """One reading a comparison keeps: its speed, the link rate it achieved and the share of its time the link was
     busy (``None``: not measured); the choice keeps its precision's rates and busy shares to recognise a slower link
@@ -210,7 +211,7 @@ class WireTuner(Tuner):
         self.step_change = self.inner.step_change
         self.noise_z = self.inner.noise_z
         #: readings per precision measured at :attr:`_at` in the current conditions (empty: none yet)
-        self._speeds: dict[str, list[Reading]] = {}
+        self._readings: dict[str, list[Reading]] = {}
         #: partition and credit of the comparison under way (``None``: the one in force when it starts)
         self._at: Config | None = None
         #: the precision chosen in the current conditions (``None``: the comparison is under way)
@@ -229,7 +230,7 @@ class WireTuner(Tuner):
         for wire, t in self.inners.items():
             if self._key(wire) != self._key(initial.wire):
                 t.start(space, _fp32(initial))
-        self._speeds, self._at, self.chosen, self._changes = {}, None, None, 0
+        self._readings, self._at, self.chosen, self._changes = {}, None, None, 0
         self._saw = {self._key(initial.wire): (0, initial.wire)}
         return replace(first, wire=initial.wire)
 
@@ -265,13 +266,13 @@ class WireTuner(Tuner):
 
     def _median(self, wire: str) -> float:
         """The median speed of the comparison's readings at ``wire``."""
-        return statistics.median(r.speed for r in self._speeds[wire])
+        return statistics.median(r.speed for r in self._readings[wire])
 
     def _needed(self) -> int:
         """Windows each precision needs: one where the first of each leaves no doubt (:meth:`_without_doubt`),
         else ``windows``."""
         pref = self.preference
-        if not all(self._speeds.get(w) for w in ("fp32", pref.low)):
+        if not all(self._readings.get(w) for w in ("fp32", pref.low)):
             return 1
         return 1 if self._without_doubt(self._median(pref.low) / self._median("fp32")) else pref.windows
 
@@ -280,17 +281,17 @@ class WireTuner(Tuner):
         pref, here = self.preference, obs.config.wire
         at = _fp32(obs.config)
         if self._at != at:  # the comparison runs at one partition and credit
-            self._at, self._speeds = at, {}
+            self._at, self._readings = at, {}
         if self._reading(obs):
-            self._speeds.setdefault(here, []).append(Reading(float(obs.speed), self._link_rate(obs), self._busy(obs)))
+            self._readings.setdefault(here, []).append(Reading(float(obs.speed), self._link_rate(obs), self._busy(obs)))
         other = pref.low if here == "fp32" else "fp32"
         goal = "exactness" if other == "fp32" else "speed"  # what a trial of the other precision is for
         need = self._needed()
-        if len(self._speeds.get(here, [])) < need:
+        if len(self._readings.get(here, [])) < need:
             return None
-        if len(self._speeds.get(other, [])) < need:
+        if len(self._readings.get(other, [])) < need:
             measured = self._median(here)
-            if not self._speeds.get(other) and (self._link_bound(obs, at) or
+            if not self._readings.get(other) and (self._link_bound(obs, at) or
                                                 self._met_before(here, measured, at, obs.iteration, obs.change_threshold,
                                                                  self._link_rate(obs), self._busy(obs))):
                 return None  # 16 bits pay without a trial, or conditions met before: the precision in force stays
@@ -301,10 +302,10 @@ class WireTuner(Tuner):
         if not PLAUSIBLE[0] <= gain <= PLAUSIBLE[1]:
             # half the bytes cannot make that difference: conditions changed between the two measurements without
             # the controller seeing it; the measurement just taken is of the conditions now: compare again from it
-            self._speeds = {here: [self._speeds[here][-1]]}
+            self._readings = {here: [self._readings[here][-1]]}
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} again ({pref.low} "
                                                       f"measured {gain:.2f}x fp32: conditions changed between the two)")
-        counts = f"{len(self._speeds[pref.low])} and {len(self._speeds['fp32'])} windows"
+        counts = f"{len(self._readings[pref.low])} and {len(self._readings['fp32'])} windows"
         if gain >= 1 + pref.min_gain:
             self.chosen = pref.low
             why = (f"wire {pref.low}, for speed: measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
@@ -314,7 +315,7 @@ class WireTuner(Tuner):
             why = (f"wire fp32, for exactness: {pref.low} measured {gain:.3f}x fp32 in these conditions ({fast:.1f} against "
                    f"{slow:.1f} samples/s, {counts}), below 1 + min_gain = {1 + pref.min_gain:g}")
         # the rates and busy shares of the comparison's readings at the precision chosen, whichever reading decided
-        mine = self._speeds[self.chosen][-STEADY_READINGS - 1:]
+        mine = self._readings[self.chosen][-STEADY_READINGS - 1:]
         self.choices.append({"iteration": obs.iteration, "wire": self.chosen, "gain": gain, "reason": why,
                              "speeds": {pref.low: fast, "fp32": slow}, "at": at.to_dict(),
                              "rates": [r.rate for r in mine if r.rate is not None], "busy": [r.busy for r in mine if r.busy is not None],
@@ -461,11 +462,11 @@ class WireTuner(Tuner):
 
     def observe(self, obs: Observation) -> Decision | None:
         if obs.regime_changed:  # new conditions: what either precision measured belongs to the old ones
-            self._speeds, self._at, self.chosen = {}, None, None
+            self._readings, self._at, self.chosen = {}, None, None
             self._changes += 1
         if self.chosen is not None and obs.config.wire != self.chosen:
             # the configuration in force is not the one chosen (the do-no-harm guard sent the run back): measure again
-            self._speeds, self._at, self.chosen = {}, None, None
+            self._readings, self._at, self.chosen = {}, None, None
         tuner, inner = self._inward(obs)
         if self.chosen is None:
             # the inner tuner keeps its records; its decision waits for the comparison (as under a guard's hold)
@@ -484,12 +485,12 @@ class WireTuner(Tuner):
             # chosen); otherwise nothing of the check is kept: the full window brings the same iterations again.
             # Not the job's first measurement: its first iterations run cold (on an H200 a check of iterations 3-7
             # measured fp32 12-20% below its speed a window later, and 16 bits were chosen on it: 4.4)
-            if obs.regime_changed or obs.mixed or (self._changes == 0 and not self.choices and not self._speeds):
+            if obs.regime_changed or obs.mixed or (self._changes == 0 and not self.choices and not self._readings):
                 return None
-            kept = ({k: list(v) for k, v in self._speeds.items()}, self._at, len(self.choices))
+            kept = ({k: list(v) for k, v in self._readings.items()}, self._at, len(self.choices))
             d = self._compare(obs)
             if d is None:
-                self._speeds, self._at, self.chosen = kept[0], kept[1], None
+                self._readings, self._at, self.chosen = kept[0], kept[1], None
                 del self.choices[kept[2]:]
             return d
         if obs.regime_changed or obs.config.wire != self.chosen or not self._current(obs.config.wire):
@@ -502,8 +503,8 @@ class WireTuner(Tuner):
     def state_dict(self) -> dict[str, Any]:
         low = self.preference.low
         return {"inner": self.inner.state_dict(), **({"low_inner": self.inners[low].state_dict()} if self._key(low) == low else {}),
-                "speeds": {k: [r.speed for r in v] for k, v in self._speeds.items()},
-                "links": {k: [[r.rate, r.busy] for r in v] for k, v in self._speeds.items()},
+                "speeds": {k: [r.speed for r in v] for k, v in self._readings.items()},
+                "links": {k: [[r.rate, r.busy] for r in v] for k, v in self._readings.items()},
                 "at": None if self._at is None else self._at.to_dict(), "chosen": self.chosen, "changes": self._changes,
                 "saw": {k: list(v) for k, v in self._saw.items()}, "choices": [dict(c) for c in self.choices]}
 
@@ -518,7 +519,7 @@ class WireTuner(Tuner):
             pair = links[wire][i] if i < len(links.get(wire, ())) else (None, None)
             return (None if pair[0] is None else float(pair[0]), None if pair[1] is None else float(pair[1]))
 
-        self._speeds = {str(k): [Reading(float(x), *measured(k, i)) for i, x in enumerate(v)]
+        self._readings = {str(k): [Reading(float(x), *measured(k, i)) for i, x in enumerate(v)]
                         for k, v in state.get("speeds", {}).items() if k in WIRES}
         at = state.get("at")
         self._at = None if at is None else Config.from_dict(at)

@@ -195,7 +195,7 @@ def test_a_comparison_moves_at_a_check_only_without_doubt_and_the_inner_tuner_ge
     t = WireTuner(Ends(), AutoWire(windows=3))
     current = t.start(tc.SPACE, START)
     # the job's first measurement is a whole window: its first iterations run cold (a check there measured 80)
-    assert t.check(obs(current, 80.0, 5, window_share=0.5)) is None and t._speeds == {}
+    assert t.check(obs(current, 80.0, 5, window_share=0.5)) is None and t._readings == {}
     d = t.observe(obs(current, 100.0, 10))  # the first fp32 measurement: try bf16 at once
     assert d is not None and d.reason.startswith("wire trial, for speed: bf16 against fp32")
     assert t.state_dict()["speeds"] == {"fp32": [100.0]}
