@@ -282,8 +282,9 @@ class WireTuner(Tuner):
         at = _fp32(obs.config)
         if self._at != at:  # the comparison runs at one partition and credit
             self._at, self._readings = at, {}
+        rate, busy = self._link_rate(obs), self._busy(obs)
         if self._reading(obs):
-            self._readings.setdefault(here, []).append(Reading(float(obs.speed), self._link_rate(obs), self._busy(obs)))
+            self._readings.setdefault(here, []).append(Reading(float(obs.speed), rate, busy))
         other = pref.low if here == "fp32" else "fp32"
         goal = "exactness" if other == "fp32" else "speed"  # what a trial of the other precision is for
         need = self._needed()
@@ -291,9 +292,9 @@ class WireTuner(Tuner):
             return None
         if len(self._readings.get(other, [])) < need:
             measured = self._median(here)
-            if not self._readings.get(other) and (self._link_bound(obs, at) or
-                                                self._met_before(here, measured, at, obs.iteration, obs.change_threshold,
-                                                                 self._link_rate(obs), self._busy(obs))):
+            if not self._readings.get(other) and (
+                    self._link_bound(obs, at) or
+                    self._met_before(here, measured, at, obs.iteration, obs.change_threshold, rate, busy)):
                 return None  # 16 bits pay without a trial, or conditions met before: the precision in force stays
             return Decision(replace(at, wire=other), f"wire trial, for {goal}: {other} against {here} (measured {measured:.1f} "
                                                       "samples/s in these conditions)")
