@@ -466,6 +466,7 @@ def at_rate(mb_s: float):
     """The features of a window whose link achieved ``mb_s`` MB/s on every rank (0: no message measured)."""
     return replace(FEATURES, bw_up_Bps=np.full(FEATURES.n_workers, mb_s * 1e6), bw_down_Bps=np.full(FEATURES.n_workers, mb_s * 1e6))
 
+
 class Link:
     """A job fed window by window on links given by the rate 16 bits achieve and the share of time they keep it busy;
     fp32 achieves the same rate (the tests read 16 bits' only)."""
