@@ -1,6 +1,6 @@
 """One rank of a 2-rank gloo job whose iterations become slower inside a check (tests/integrations/test_step_rule.py).
 
-argv: out folder, "on" or "off" (the tuner's step rule). From iteration SLOW on, every rank sleeps 200 ms more per
+argv: out folder, "on" or "off" (the tuner's step rule). From iteration SLOW on, every rank sleeps 600 ms more per
 iteration, as if a co-located job took the CPU. Checks come every 5 counted iterations, at the start of iterations
 6, 11, 16, 21, ... (iterations are timed start to start; iteration 0 is the warm-up): the check at 21 holds
 iterations 16-20, 3 before the change and 2 after.
@@ -52,9 +52,9 @@ def main() -> None:
         x, y = torch.randn(8, 64, generator=g), torch.randint(0, 10, (8,), generator=g)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
-        # inside the iteration, after its forward; 50 ms, so that a hiccup of the host (a few ms) stays well under the
-        # detector's 15% and only the change at SLOW moves a check's speed
-        time.sleep(0.05 + (0.2 if it >= SLOW else 0.0))
+        # inside the iteration, after its forward; 150 ms, so that a hiccup of a slow host (tens of ms in one
+        # iteration) stays under the detector's 15% of a check's five and only the change at SLOW moves its speed
+        time.sleep(0.15 + (0.6 if it >= SLOW else 0.0))
         loss.backward()
         opt.step()
     job.close()
