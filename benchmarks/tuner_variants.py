@@ -21,6 +21,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   (``history_dir``: ``$AUTOBYTE_HISTORY_DIR``, absolute, default ``runs/history``;
   ``$AUTOBYTE_HISTORY_WRITE=0`` reads it only), with and without ``history_veto``; ``static-history``
   runs static at the configuration the same history picks.
+* ``autobyte-no-adapt``: AutoByte without the online adaptation of the network's head (``adapt=False``): what the
+  adaptation's fits, in their worker process, win or cost.
 * ``autobyte-shadow``, ``autobyte-history-shadow``, ``autobyte-history-shadow-no-adapt``: AutoByte doing
   all its work but never acting, for its cost at a fixed configuration.
 * ``autobyte-screen``: before the explorer, a fixed pattern around the start measured in every set of
@@ -271,6 +273,10 @@ class LastWindowReference(AutoByteTuner):
 
 
 register_tuner("autobyte-last-window-reference", LastWindowReference)
+
+# AutoByte whose meta-network's head is never adapted online: checked predictions still calibrate the scorer and fit
+# its trend on this job (the Learner labels its pairs but starts no fit), so only the paper's adaptation is gone
+register_tuner("autobyte-no-adapt", functools.partial(AutoByteTuner, adapt=False))
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))
