@@ -23,6 +23,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   runs static at the configuration the same history picks.
 * ``autobyte-no-adapt``: AutoByte without the online adaptation of the network's head (``adapt=False``): what the
   adaptation's fits, in their worker process, win or cost.
+* ``autobyte-fits-unbounded``: AutoByte whose adaptation has no CPU budget (a fit at every wrong prediction, as
+  before the budget).
 * ``autobyte-shadow``, ``autobyte-history-shadow``, ``autobyte-history-shadow-no-adapt``: AutoByte doing
   all its work but never acting, for its cost at a fixed configuration.
 * ``autobyte-screen``: before the explorer, a fixed pattern around the start measured in every set of
@@ -277,6 +279,18 @@ register_tuner("autobyte-last-window-reference", LastWindowReference)
 # AutoByte whose meta-network's head is never adapted online: checked predictions still calibrate the scorer and fit
 # its trend on this job (the Learner labels its pairs but starts no fit), so only the paper's adaptation is gone
 register_tuner("autobyte-no-adapt", functools.partial(AutoByteTuner, adapt=False))
+
+
+class FitsUnbounded(AutoByteTuner):
+    """AutoByte whose adaptation starts a fit at every wrong prediction, whatever the fits already took (no
+    :attr:`Learner.cpu_share <autobyte.meta._learner.Learner.cpu_share>` budget)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.learner.cpu_share = None
+
+
+register_tuner("autobyte-fits-unbounded", FitsUnbounded)
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))

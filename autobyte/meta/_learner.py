@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections import deque
 from typing import Any
 
@@ -13,6 +15,8 @@ from autobyte.core.trigger import AdaptTrigger
 
 from ._features import JobInputs, candidate_features
 from ._plain import _arr, _cfg, _check_range, _unarr
+
+_log = logging.getLogger("autobyte.meta")
 
 
 class Learner:
@@ -29,6 +33,15 @@ class Learner:
         ValueError: ``max_error`` or ``replay_size`` out of range.
     """
 
+    #: the adaptation's CPU budget: a fit starts only while the fits so far took at most this share of the wall time
+    #: since the job's first window (the first fit always may). On the 2-core CPU testbed the fits, each 0.1-0.6 s of
+    #: CPU in the adaptation's worker, cost the training what they took: where predictions kept missing a steady
+    #: job's noisy windows they took 4-8% of its time in one round of two, and that round ran 0.93-0.96x the tuner
+    #: without adaptation (the other 1.01-1.07x); on the short jobs of the full suite the first fits won 1.029x it
+    #: (docs/benchmarks.md 2.9). ``None``: no budget. Background fits only: an inline fit (``background=False``, for
+    #: replays and simulations that must decide the same every time) is not held back by a wall clock.
+    cpu_share: float | None = 0.01
+
     def __init__(self, adapter: Any, *, max_error: float = 0.10, replay_size: int = 256, background: bool = True,
                  enabled: bool = True) -> None:
         self.adapter = adapter
@@ -38,6 +51,10 @@ class Learner:
         self.enabled = bool(enabled)
         self.recent: deque[tuple[JobInputs, np.ndarray]] = deque(maxlen=8)
         self.rows: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=self.replay_size)
+        #: when this process saw the job's first window (the budget's clock: a resumed job's fits start at 0 too)
+        self._t0: float | None = None
+        #: fits the budget held back
+        self.held_back = 0
 
     def observe(self, job: JobInputs, emb: np.ndarray, changed: bool, predicted: float | None) -> bool:
         """Add this window's labels; ``True`` when an adaptation started.
@@ -52,11 +69,25 @@ class Learner:
             cf = candidate_features(past.layer_bytes, cfg, past.current)
             self.rows.append((pemb[0], cf[0], math.log(job.observed_speed / past.observed_speed)))
         self.recent.append((job, emb))
+        now = time.perf_counter()
+        self._t0 = now if self._t0 is None else self._t0
         wrong = predicted is not None and self.trigger.should_adapt(predicted, job.observed_speed)
-        if not (self.enabled and wrong and len(self.rows) >= 2):
+        if not (self.enabled and wrong and len(self.rows) >= 2) or (self.background and not self._within_budget(now - self._t0)):
             return False
         e, c, y = (np.array(x) for x in zip(*self.rows))
         return bool(self.adapter.start(e, c, y, background=self.background))
+
+    def _within_budget(self, elapsed_s: float) -> bool:
+        """Whether the fits so far took at most :attr:`cpu_share` of ``elapsed_s``; logged when the budget first holds."""
+        spent = float(self.adapter.cpu_s)
+        if self.cpu_share is None or spent <= self.cpu_share * elapsed_s:
+            return True
+        if not self.held_back:
+            _log.info("autobyte: prediction wrong, not adapting: the fits took %.2f s of CPU, %.1f%% of the job's %.0f s "
+                      "so far, over the budget of %g%% (the next fit waits until they are under it)", spent,
+                      100 * spent / max(elapsed_s, 1e-9), elapsed_s, 100 * self.cpu_share)
+        self.held_back += 1
+        return False
 
     def forget(self) -> None:
         """Conditions changed: windows of other conditions are no pair for the next ones."""

@@ -11,7 +11,7 @@ from autobyte import sim
 from autobyte.core.metrics import WindowStats
 from autobyte.core.space import Config, MiB, SearchSpace
 from autobyte.core.tuning import Controller, Observation
-from autobyte.meta import Adapter, AutoByteTuner
+from autobyte.meta import Adapter, AutoByteTuner, MetaNetwork
 
 SPACE = SearchSpace.grid([MiB, 4 * MiB, 16 * MiB], [1, 2, 4])
 
@@ -95,6 +95,47 @@ def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
     assert t.adapter.n_runs >= 1
     first, last = t.adapter.last_loss
     assert last < first
+
+
+def _adapting(net, cpu_share):
+    """A tuner far from the network's training data (per-message cost x20), every configuration visited twice, its
+    fits in the adaptation's worker process, each waited for before the next window."""
+    t = AutoByteTuner(net, adapt_time_s=0.5)
+    t.learner.cpu_share = cpu_share
+    t.start(SPACE, SPACE[0])
+    for w, c in enumerate(list(SPACE) * 2):
+        t.observe(obs(c, w, per_message_s=2e-3))
+        t.adapter.join(30)
+    t.adapter.close()
+    return t
+
+
+@pytest.mark.integration
+def test_the_fits_stay_within_their_cpu_budget(tiny_net, tmp_path, caplog):
+    # unbounded, predictions this wrong start a fit at most windows; within 0.01% of the few seconds the windows
+    # take here (a budget no fit fits, however fast the host), the first fit alone runs and the others wait (logged
+    # once, with what the fits took)
+    tiny_net.save(tmp_path / "n.npz")
+    free = _adapting(MetaNetwork.load(tmp_path / "n.npz"), None)
+    assert free.adapter.n_runs >= 3 and free.learner.held_back == 0
+    with caplog.at_level("INFO", logger="autobyte.meta"):
+        t = _adapting(MetaNetwork.load(tmp_path / "n.npz"), 1e-4)
+    assert t.adapter.n_runs == 1 and t.learner.held_back >= 2
+    held = [r.getMessage() for r in caplog.records if "not adapting" in r.getMessage()]
+    assert len(held) == 1 and "over the budget of 0.01%" in held[0], held
+    # the budget follows the job's time: once the fits so far are under its share of it, the next may start
+    spent = t.adapter.cpu_s
+    assert spent > 0 and t.learner._within_budget(spent / 1e-4 * 1.01) and not t.learner._within_budget(spent / 1e-4 * 0.5)
+
+
+def test_inline_fits_are_not_held_back_by_the_clock(fresh_net):
+    # background=False decides the same every time: no wall clock there, every wrong prediction may fit
+    t = AutoByteTuner(fresh_net, background=False, adapt_time_s=0.5)
+    assert t.learner.cpu_share == 0.01
+    t.start(SPACE, SPACE[0])
+    for w, c in enumerate(list(SPACE) * 2):
+        t.observe(obs(c, w, per_message_s=2e-3))
+    assert t.adapter.n_runs >= 3 and t.learner.held_back == 0
 
 
 @pytest.mark.integration
