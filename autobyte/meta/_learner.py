@@ -34,12 +34,12 @@ class Learner:
     """
 
     #: the adaptation's CPU budget: a fit starts only while the fits so far took at most this share of the wall time
-    #: since the job's first window (the first fit always may). On the 2-core CPU testbed the fits, each 0.1-0.6 s of
-    #: CPU in the adaptation's worker, cost the training what they took: where predictions kept missing a steady
-    #: job's noisy windows they took 4-8% of its time in one round of two, and that round ran 0.93-0.96x the tuner
-    #: without adaptation (the other 1.01-1.07x); on the short jobs of the full suite the first fits won 1.029x it
-    #: (docs/benchmarks.md 2.9). ``None``: no budget. Background fits only: an inline fit (``background=False``, for
-    #: replays and simulations that must decide the same every time) is not held back by a wall clock.
+    #: since the job's first window (the first fit always may). Each fit is 0.1-0.6 s of CPU in the adaptation's
+    #: worker; where a steady job's noisy windows kept predictions wrong, the fits took 3-8% of an 800-iteration run on
+    #: the 2-core CPU testbed, 0-1.2% within this budget, and the tuner ran level with its unbounded self (0.997x over 8
+    #: rounds; docs/benchmarks.md 2.9). ``None``: no budget. Background fits only: an inline fit
+    #: (``background=False``, for replays and simulations that must decide the same every time) is not held back by a
+    #: wall clock.
     cpu_share: float | None = 0.01
 
     def __init__(self, adapter: Any, *, max_error: float = 0.10, replay_size: int = 256, background: bool = True,
