@@ -86,22 +86,10 @@ def test_disabled_never_reconfigures(fresh_net):
     assert t.n_decisions == 4
 
 
-def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
-    # a cluster far from the training data: per-message cost x20
-    t = AutoByteTuner(fresh_net, background=False, adapt_time_s=0.5)
-    t.start(SPACE, SPACE[0])
-    for w, c in enumerate(list(SPACE) * 2):  # visit configs: every window labels the earlier ones
-        t.observe(obs(c, w, per_message_s=2e-3))
-    first, last = t.adapter.last_loss
-    assert last < first
-    # inline (background=False) decides the same every time: no wall clock holds a fit back there
-    assert t.learner.cpu_share == 0.01 and t.adapter.n_runs >= 3 and t.learner.held_back == 0
-
-
-def _adapting(net, cpu_share):
-    """A tuner far from the network's training data (per-message cost x20), every configuration visited twice, its
-    fits in the adaptation's worker process, each waited for before the next window."""
-    t = AutoByteTuner(net, adapt_time_s=0.5)
+def _adapting(net, cpu_share=0.01, background=True):
+    """A tuner far from the network's training data (per-message cost x20), every configuration visited twice (every
+    window labels the earlier ones); a background fit (in the adaptation's worker) waited for before the next window."""
+    t = AutoByteTuner(net, background=background, adapt_time_s=0.5)
     t.learner.cpu_share = cpu_share
     t.start(SPACE, SPACE[0])
     for w, c in enumerate(list(SPACE) * 2):
@@ -109,6 +97,14 @@ def _adapting(net, cpu_share):
         t.adapter.join(30)
     t.adapter.close()
     return t
+
+
+def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
+    t = _adapting(fresh_net, background=False)
+    first, last = t.adapter.last_loss
+    assert last < first
+    # inline (background=False) decides the same every time: no wall clock holds a fit back there
+    assert t.learner.cpu_share == 0.01 and t.adapter.n_runs >= 3 and t.learner.held_back == 0
 
 
 @pytest.mark.integration
