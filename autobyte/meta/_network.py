@@ -16,15 +16,17 @@ array is allocated.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
+import threadpoolctl
 
 from ._features import F_CAND, F_JOB, F_LAYER, FEATURE_VERSION, JobInputs, candidate_features
 
@@ -91,6 +93,24 @@ def _check_units(name: str, v: Any, whole: Any = None) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_UNITS:
         shown = v if whole is None else whole
         raise ValueError(f"{name} must be an integer in 1..{MAX_UNITS}, but got {name}={shown!r}.")
+
+
+_BLAS: list[Any] = []  # this process's threadpoolctl controller, made at first use (numpy's BLAS is loaded by then)
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """numpy's BLAS on one thread inside the block; its threads as they were after it.
+
+    What the network multiplies at run time is small (a window's layers, a
+    grid of candidates, tens of units): split over threads it takes more CPU,
+    not less, and OpenBLAS's threads then spin on the cores the training
+    needs. The tuner's decisions run inside this (docs/benchmarks.md 2.8).
+    """
+    if not _BLAS:
+        _BLAS.append(threadpoolctl.ThreadpoolController())
+    with _BLAS[0].limit(limits=1, user_api="blas"):
+        yield
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from ._history import JobHistory, new_job_id
 from ._learner import Learner
 from ._ledger import Ledger, Regime
 from ._moves import Aborter, Mover, Verifier
-from ._network import MetaNetwork
+from ._network import MetaNetwork, one_blas_thread
 from ._scorer import Scorer, Scores
 from ._search import Search
 
@@ -94,9 +94,8 @@ class AutoByteTuner(Tuner):
     inside one check by :attr:`step_change` (that check mixes both regimes
     and is kept by no one).
 
-    Each decision is logged on ``autobyte.meta`` with what was measured, what
-    was predicted and why; a window that keeps the configuration logs why at
-    DEBUG level.
+    Each decision is logged on ``autobyte.meta`` with what was measured, what was predicted and why; a window that
+    keeps the configuration logs why at DEBUG level. Its calls run numpy's BLAS on one thread (``one_blas_thread``).
 
     Args:
         network: the meta-network; ``None`` loads the shipped pretrained weights.
@@ -272,7 +271,8 @@ class AutoByteTuner(Tuner):
     def observe(self, obs: Observation) -> Decision | None:
         t0 = time.process_time()
         try:
-            return self._observe(obs)
+            with one_blas_thread():
+                return self._observe(obs)
         finally:
             if self.history is not None:
                 self.history.save(self.job, self.ledger.regimes, self.ledger.memory)
@@ -509,7 +509,8 @@ class AutoByteTuner(Tuner):
         """A check of a window in progress: end a trial this tuner started when it already measures badly."""
         t0 = time.process_time()
         try:
-            return self._check(obs)
+            with one_blas_thread():
+                return self._check(obs)
         finally:
             self.cpu_s += time.process_time() - t0
 

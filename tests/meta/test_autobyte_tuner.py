@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+import threadpoolctl
 
 from autobyte import sim
 from autobyte.core.metrics import WindowStats
@@ -97,6 +98,37 @@ def _adapting(net, cpu_share=0.01, background=True):
         t.adapter.join(30)
     t.adapter.close()
     return t
+
+
+def _blas_threads() -> list[int]:
+    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+
+def test_the_tuners_calls_run_numpy_blas_on_one_thread_and_give_its_threads_back(fresh_net):
+    # the network's products are small: on more threads they take more CPU (docs/meta.md); numpy's BLAS is set to
+    # two threads here, so that this fails without the limit on a one-core host too
+    if not _blas_threads():
+        pytest.skip("threadpoolctl sees no BLAS under this numpy")
+    seen: list[list[int]] = []
+
+    class Seeing(AutoByteTuner):
+        def _observe(self, o):
+            seen.append(_blas_threads())
+            return super()._observe(o)
+
+        def _check(self, o):
+            seen.append(_blas_threads())
+            return super()._check(o)
+
+    t = Seeing(fresh_net, background=False)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        cur = t.start(SPACE, SPACE[0])
+        for w in range(4):
+            t.check(obs(cur, w))
+            d = t.observe(obs(cur, w))
+            cur = d.config if d is not None else cur
+            assert set(_blas_threads()) == {2}  # given back after each call
+    assert len(seen) >= 8 and {n for s in seen for n in s} == {1}
 
 
 def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
