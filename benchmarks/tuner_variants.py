@@ -27,6 +27,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   before the budget).
 * ``autobyte-blas-threads-free``: AutoByte whose calls leave numpy's BLAS on all its threads (as before
   :func:`~autobyte.meta._network.one_blas_thread`): what the one thread saves in CPU and speed.
+* ``autobyte-clocks``: the shipped AutoByte whose calls are also timed on the calling thread's clock (printed on
+  stderr beside ``cpu_s``, the process clock): how much of ``cpu_s`` is the engine's threads working meanwhile.
 * ``autobyte-shadow``, ``autobyte-history-shadow``, ``autobyte-history-shadow-no-adapt``: AutoByte doing
   all its work but never acting, for its cost at a fixed configuration.
 * ``autobyte-screen``: before the explorer, a fixed pattern around the start measured in every set of
@@ -68,6 +70,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from typing import Any, Callable
 
@@ -318,6 +321,36 @@ class BlasThreadsFree(AutoByteTuner):
 
 
 register_tuner("autobyte-blas-threads-free", BlasThreadsFree)
+
+
+class Clocks(AutoByteTuner):
+    """The shipped AutoByte, its calls also timed on the calling thread's clock: every 20 windows, and the last,
+    ``cpu_s`` (process CPU: the engine's threads' work during a call included) and the thread's own CPU, on stderr
+    (a bench run's ``launch.log``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.thread_cpu_s, self.calls = 0.0, 0
+
+    def _clocked(self, call: Callable[[Observation], Decision | None], obs: Observation) -> Decision | None:
+        t0 = time.thread_time()
+        try:
+            return call(obs)
+        finally:
+            self.thread_cpu_s += time.thread_time() - t0
+            self.calls += 1
+            if self.calls % 20 == 0 or obs.iteration >= 790:
+                print(f"autobyte-clocks: iteration {obs.iteration}, {self.calls} calls: process {self.cpu_s:.4f} s, "
+                      f"thread {self.thread_cpu_s:.4f} s", file=sys.stderr, flush=True)
+
+    def observe(self, obs: Observation) -> Decision | None:
+        return self._clocked(super().observe, obs)
+
+    def check(self, obs: Observation) -> Decision | None:
+        return self._clocked(super().check, obs)
+
+
+register_tuner("autobyte-clocks", Clocks)
 
 # ------------------------------------------------------------------ a start from the history of past jobs
 _HISTORY = os.environ.get("AUTOBYTE_HISTORY_DIR", os.path.abspath("runs/history"))
