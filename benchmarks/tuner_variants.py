@@ -68,6 +68,7 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -303,21 +304,7 @@ class BlasThreadsFree(AutoByteTuner):
     """AutoByte whose calls leave numpy's BLAS on the threads it has (the tuner's calls without
     :func:`~autobyte.meta._network.one_blas_thread`), timed as the shipped ones are."""
 
-    def observe(self, obs: Observation) -> Decision | None:
-        t0 = time.process_time()
-        try:
-            return self._observe(obs)
-        finally:
-            if self.history is not None:
-                self.history.save(self.job, self.ledger.regimes, self.ledger.memory)
-            self.cpu_s += time.process_time() - t0
-
-    def check(self, obs: Observation) -> Decision | None:
-        t0 = time.process_time()
-        try:
-            return self._check(obs)
-        finally:
-            self.cpu_s += time.process_time() - t0
+    _calls_context = staticmethod(contextlib.nullcontext)
 
 
 register_tuner("autobyte-blas-threads-free", BlasThreadsFree)

@@ -95,7 +95,7 @@ class AutoByteTuner(Tuner):
     and is kept by no one).
 
     Each decision is logged on ``autobyte.meta`` with what was measured, what was predicted and why; a window that
-    keeps the configuration logs why at DEBUG level. Its calls run numpy's BLAS on one thread (``one_blas_thread``).
+    keeps the configuration logs why at DEBUG level. Its calls run numpy's BLAS on one thread (``_calls_context``).
 
     Args:
         network: the meta-network; ``None`` loads the shipped pretrained weights.
@@ -160,6 +160,8 @@ class AutoByteTuner(Tuner):
     #: once the conditions have lasted this many iterations: a job whose conditions change every 25 iterations
     #: keeps one-window trials from its start
     search_after_iters: int = 50
+    #: what the tuner's calls run inside: numpy's BLAS on one thread (an experiment's subclass may leave its threads)
+    _calls_context = staticmethod(one_blas_thread)
 
     def __init__(
         self,
@@ -244,9 +246,7 @@ class AutoByteTuner(Tuner):
         self._last_job: np.ndarray | None = None
         self.errors: list[float] = []  # relative errors of checked predictions
         self.cpu_s = 0.0
-        self.n_decisions = 0
-        self.n_trials = 0
-        self.n_aborts = 0
+        self.n_decisions = self.n_trials = self.n_aborts = 0
 
     def start(self, space: SearchSpace, initial: Config) -> Config:
         super().start(space, initial)
@@ -271,7 +271,7 @@ class AutoByteTuner(Tuner):
     def observe(self, obs: Observation) -> Decision | None:
         t0 = time.process_time()
         try:
-            with one_blas_thread():
+            with self._calls_context():
                 return self._observe(obs)
         finally:
             if self.history is not None:
@@ -509,7 +509,7 @@ class AutoByteTuner(Tuner):
         """A check of a window in progress: end a trial this tuner started when it already measures badly."""
         t0 = time.process_time()
         try:
-            with one_blas_thread():
+            with self._calls_context():
                 return self._check(obs)
         finally:
             self.cpu_s += time.process_time() - t0
