@@ -25,6 +25,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   adaptation's fits, in their worker process, win or cost.
 * ``autobyte-fits-unbounded``: AutoByte whose adaptation has no CPU budget (a fit at every wrong prediction, as
   before the budget).
+* ``autobyte-fits-own-budget``: AutoByte whose fits keep a 1% budget of their own beside the CPU of the tuner's calls
+  (as before the budget counted the tuner's calls and the next fit): what the whole tuner's budget costs in speed.
 * ``autobyte-blas-threads-free``: AutoByte whose calls leave numpy's BLAS on all its threads (as before
   :func:`~autobyte.meta._network.one_blas_thread`): what the one thread saves in CPU and speed.
 * ``autobyte-clocks``: the shipped AutoByte whose calls are also timed on the calling thread's clock (printed on
@@ -81,6 +83,7 @@ from autobyte.core.tuners import register_tuner
 from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
 from autobyte.meta import AutoByteTuner, JobHistory
 from autobyte.meta._explorer import Explorer
+from autobyte.meta._learner import Learner
 from autobyte.meta._scorer import Scorer
 from autobyte.meta._search import Search
 
@@ -298,6 +301,27 @@ class FitsUnbounded(AutoByteTuner):
 
 
 register_tuner("autobyte-fits-unbounded", FitsUnbounded)
+
+
+class _FitsOwnBudgetLearner(Learner):
+    """The budget of the fits alone: the fits so far, not the tuner's calls nor the next fit."""
+
+    def _spent(self, tuner_cpu_s: float) -> float:
+        return float(self.adapter.cpu_s)
+
+
+class FitsOwnBudget(AutoByteTuner):
+    """AutoByte whose fits keep a :attr:`Learner.cpu_share <autobyte.meta._learner.Learner.cpu_share>` budget of their
+    own (a fit starts while the fits so far took at most 1% of the wall time), beside the CPU of the tuner's calls."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        was = self.learner
+        self.learner = _FitsOwnBudgetLearner(self.adapter, max_error=was.trigger.max_error, replay_size=was.replay_size,
+                                             background=was.background, enabled=was.enabled)
+
+
+register_tuner("autobyte-fits-own-budget", FitsOwnBudget)
 
 
 class BlasThreadsFree(AutoByteTuner):

@@ -33,13 +33,12 @@ class Learner:
         ValueError: ``max_error`` or ``replay_size`` out of range.
     """
 
-    #: the adaptation's CPU budget: a fit starts only while the fits so far took at most this share of the wall time
-    #: since the job's first window (the first fit always may). Each fit is 0.1-0.6 s of CPU in the adaptation's
-    #: worker; where a steady job's noisy windows kept predictions wrong, the fits took 3-8% of an 800-iteration run on
-    #: the 2-core CPU testbed, 0-1.2% within this budget, and the tuner ran level with its unbounded self (0.997x over 8
-    #: rounds; docs/benchmarks.md 2.9). ``None``: no budget. Background fits only: an inline fit
-    #: (``background=False``, for replays and simulations that must decide the same every time) is not held back by a
-    #: wall clock.
+    #: the tuner's CPU budget, which the fits keep: a fit starts only while the tuner's calls, the fits so far and one
+    #: more fit (their mean) take at most this share of the wall time since the job's first window. Each fit is 0.1-0.6 s
+    #: of CPU in the adaptation's worker; where a steady job's noisy windows kept predictions wrong, the fits took 3-8% of
+    #: an 800-iteration run on the 2-core CPU testbed, and with a budget of their own 1% besides the decisions' 0.4-0.8%
+    #: (docs/benchmarks.md 2.9, 2.10). ``None``: no budget. Background fits only: an inline fit (``background=False``,
+    #: for replays and simulations that must decide the same every time) is not held back by a wall clock.
     cpu_share: float | None = 0.01
 
     def __init__(self, adapter: Any, *, max_error: float = 0.10, replay_size: int = 256, background: bool = True,
@@ -56,11 +55,14 @@ class Learner:
         #: fits the budget held back
         self.held_back = 0
 
-    def observe(self, job: JobInputs, emb: np.ndarray, changed: bool, predicted: float | None) -> bool:
+    def observe(self, job: JobInputs, emb: np.ndarray, changed: bool, predicted: float | None,
+                tuner_cpu_s: float = 0.0) -> bool:
         """Add this window's labels; ``True`` when an adaptation started.
 
         ``predicted`` is what was predicted for this window's configuration
-        when it was chosen (``None``: no prediction to check).
+        when it was chosen (``None``: no prediction to check);
+        ``tuner_cpu_s`` is the CPU the tuner's own calls took so far (the
+        budget counts it with the fits').
         """
         if changed:
             self.forget()
@@ -72,19 +74,25 @@ class Learner:
         now = time.perf_counter()
         self._t0 = now if self._t0 is None else self._t0
         wrong = predicted is not None and self.trigger.should_adapt(predicted, job.observed_speed)
-        if not (self.enabled and wrong and len(self.rows) >= 2) or (self.background and not self._within_budget(now - self._t0)):
+        if not (self.enabled and wrong and len(self.rows) >= 2) or (self.background and not self._within_budget(now - self._t0, tuner_cpu_s)):
             return False
         e, c, y = (np.array(x) for x in zip(*self.rows))
         return bool(self.adapter.start(e, c, y, background=self.background))
 
-    def _within_budget(self, elapsed_s: float) -> bool:
-        """Whether the fits so far took at most :attr:`cpu_share` of ``elapsed_s``; logged when the budget first holds."""
-        spent = float(self.adapter.cpu_s)
+    def _spent(self, tuner_cpu_s: float) -> float:
+        """The CPU the budget counts if a fit starts now: the tuner's calls, the fits so far and one more (their mean)."""
+        fits, runs = float(self.adapter.cpu_s), int(self.adapter.n_runs)
+        return tuner_cpu_s + fits + (fits / runs if runs else 0.0)
+
+    def _within_budget(self, elapsed_s: float, tuner_cpu_s: float = 0.0) -> bool:
+        """Whether a fit now keeps the tuner within :attr:`cpu_share` of ``elapsed_s``; logged when the budget first holds."""
+        spent = self._spent(tuner_cpu_s)
         if self.cpu_share is None or spent <= self.cpu_share * elapsed_s:
             return True
         if not self.held_back:
-            _log.info("autobyte: prediction wrong, not adapting: the fits took %.2f s of CPU, %.1f%% of the job's %.0f s "
-                      "so far, over the budget of %g%% (the next fit waits until they are under it)", spent,
+            _log.info("autobyte: prediction wrong, not adapting: the tuner's calls took %.2f s of CPU and its fits %.2f s; "
+                      "with one more fit, %.1f%% of the job's %.0f s so far, over the budget of %g%% (the next fit waits "
+                      "until they are under it)", tuner_cpu_s, float(self.adapter.cpu_s),
                       100 * spent / max(elapsed_s, 1e-9), elapsed_s, 100 * self.cpu_share)
         self.held_back += 1
         return False

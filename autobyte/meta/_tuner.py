@@ -475,7 +475,7 @@ class AutoByteTuner(Tuner):
             _log.info("autobyte: %s ran %.1f samples/s as in regime %d: these conditions were seen before; reusing "
                       "%d measurements.", obs.config, obs.speed, regime.ident, len(regime.measured))
         self._last_job = sc.job.job
-        if self.learner.observe(sc.job, sc.embedding, obs.regime_changed, checked):
+        if self.learner.observe(sc.job, sc.embedding, obs.regime_changed, checked, self.cpu_s):
             err = abs(obs.speed / checked - 1) if checked else float("nan")
             _log.info("autobyte: prediction error %.1f%% > %.0f%%: adapting on %d observations.", 100 * err,
                       100 * self.learner.trigger.max_error, len(self.learner.rows))

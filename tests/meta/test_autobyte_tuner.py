@@ -140,21 +140,36 @@ def test_large_error_triggers_adaptation_that_reduces_error(fresh_net):
 
 
 @pytest.mark.integration
-def test_the_fits_stay_within_their_cpu_budget(tiny_net, tmp_path, caplog):
+def test_the_fits_keep_the_tuner_within_its_cpu_budget(tiny_net, tmp_path, caplog):
     # unbounded, predictions this wrong start a fit at most windows; within 0.01% of the few seconds the windows
     # take here (a budget no fit fits, however fast the host), the first fit alone runs and the others wait (logged
-    # once, with what the fits took)
+    # once, with what the tuner's calls and its fits took)
     tiny_net.save(tmp_path / "n.npz")
     free = _adapting(MetaNetwork.load(tmp_path / "n.npz"), None)
     assert free.adapter.n_runs >= 3 and free.learner.held_back == 0
     with caplog.at_level("INFO", logger="autobyte.meta"):
         t = _adapting(MetaNetwork.load(tmp_path / "n.npz"), 1e-4)
-    assert t.adapter.n_runs == 1 and t.learner.held_back >= 2
+    # the tuner's calls alone are past 0.01% by the time two windows are labelled: no fit starts at all
+    assert t.adapter.n_runs == 0 and t.learner.held_back >= 2
     held = [r.getMessage() for r in caplog.records if "not adapting" in r.getMessage()]
-    assert len(held) == 1 and "over the budget of 0.01%" in held[0], held
-    # the budget follows the job's time: once the fits so far are under its share of it, the next may start
-    spent = t.adapter.cpu_s
-    assert spent > 0 and t.learner._within_budget(spent / 1e-4 * 1.01) and not t.learner._within_budget(spent / 1e-4 * 0.5)
+    assert len(held) == 1 and "over the budget of 0.01%" in held[0] and "the tuner's calls took" in held[0], held
+    # the budget follows the job's time: once the tuner's calls, the fits so far and one more (their mean) are under
+    # its share of it, the next may start
+    free.learner.cpu_share = 1e-4
+    fits, runs = free.adapter.cpu_s, free.adapter.n_runs
+    spent = free.learner._spent(free.cpu_s)
+    assert fits > 0 and spent == pytest.approx(free.cpu_s + fits + fits / runs)
+    assert free.learner._within_budget(spent / 1e-4 * 1.01, free.cpu_s)
+    assert not free.learner._within_budget(spent / 1e-4 * 0.99, free.cpu_s)
+
+
+def test_the_budget_counts_the_tuners_calls_beside_the_fits(fresh_net):
+    # no fit ran yet: a fit may start within a budget the tuner's calls leave room for, and not where they alone pass it
+    t = AutoByteTuner(fresh_net, background=True)
+    t.learner.cpu_share = 0.01
+    assert t.learner._spent(0.5) == 0.5
+    assert t.learner._within_budget(100.0, 0.5) and not t.learner._within_budget(100.0, 1.5)
+    t.adapter.close()
 
 
 @pytest.mark.integration
