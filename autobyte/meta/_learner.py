@@ -36,8 +36,8 @@ class Learner:
     #: the tuner's CPU budget, which the fits keep: a fit starts only while the tuner's calls, the fits so far and one
     #: more fit (their mean) take at most this share of the wall time since the job's first window. Each fit is 0.1-0.6 s
     #: of CPU in the adaptation's worker; where a steady job's noisy windows kept predictions wrong, the fits took 3-8% of
-    #: an 800-iteration run on the 2-core CPU testbed, and with a budget of their own 1% besides the decisions' 0.4-0.8%
-    #: (docs/benchmarks.md 2.9, 2.10). ``None``: no budget. Background fits only: an inline fit (``background=False``,
+    #: an 800-iteration run on the 2-core CPU testbed, and a budget of the fits' own 1% beside the calls' 0.4-0.8% left
+    #: the two at up to 1.56% on held-out jobs (docs/benchmarks.md 2.8, 2.9). ``None``: no budget. Background fits only: an inline fit (``background=False``,
     #: for replays and simulations that must decide the same every time) is not held back by a wall clock.
     cpu_share: float | None = 0.01
 
