@@ -453,18 +453,19 @@ def _suites() -> dict[str, Suite]:
     return {
         "full": Suite("full", full, repeats=2, about="6 scenarios (4 tune, 2 held out), the 15-config grid, BO 200 iterations"),
         "realistic": Suite("realistic", realistic, grid_iters=8, grid_warmup=2, repeats=2,
-                           about="20 scenarios of 800 iterations, phases of 200, in four fours, three of a fifth and "
-                                 "one of a sixth, each judged once and then read to design the tuner (its search; the "
-                                 "detector's confirmation of speed changes; of steps; the guard's measurement of the "
-                                 "start; the hold of an ended race; the carrying of an unfinished one): tune. Steady at "
-                                 "1000, 600, 3000, 2000 and 1500 Mbit/s; parameter servers; emulated DenseNet-121 and -169; the compute "
-                                 "changing. The 15-config grid (8 measured iterations after 2 warm-up); about an hour "
-                                 "per four for 3 methods"),
+                           about="25 scenarios of 800 iterations, phases of 200, in five fours, three of another and "
+                                 "two of others, each judged once or more and then read to design the tuner (its search; "
+                                 "the detector's confirmation of speed changes; of steps; the guard's measurement of the "
+                                 "start; the hold of an ended race; the carrying of an unfinished one; the CPU budget that "
+                                 "counts the tuner's calls): tune. Steady at 1000, 600, 3000, 2000, 1500 and 1200 Mbit/s; "
+                                 "parameter servers; emulated DenseNet-121 and -169; the compute changing. The 15-config "
+                                 "grid (8 measured iterations after 2 warm-up); about an hour per four for 3 methods"),
         "realistic-heldout": Suite("realistic-heldout", realistic_heldout, grid_iters=8, grid_warmup=2, repeats=2,
-                                   about="4 held-out scenarios of 800 iterations, phases of 200 (steady at batch 12; "
-                                         "a parameter server whose link doubles, dips and comes back; emulated "
-                                         "DenseNet-169 at batch 16 on falling links; the link halved, then every "
-                                         "worker's compute, then both), written before any run, for judging; the 15-config grid"),
+                                   about="4 held-out scenarios of 800 iterations, phases of 200 (steady at batch 20, 800 "
+                                         "Mbit/s; a parameter server whose link falls, comes back and falls further; "
+                                         "emulated DenseNet-169 at batch 24 on links rising from slow; one worker's "
+                                         "compute slowed, then the link halved, then every worker's compute), written "
+                                         "before any run, for judging; the 15-config grid"),
         "realistic-long": Suite("realistic-long", realistic_long_scenarios(), grid_iters=8, grid_warmup=2, repeats=2,
                                 about="2 held-out scenarios of 1800 iterations, phases of 600 (a parameter server whose "
                                       "link falls and comes back; the link halved, then back with every worker's compute "
