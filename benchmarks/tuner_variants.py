@@ -27,6 +27,9 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
   before the budget).
 * ``autobyte-fits-own-budget``: AutoByte whose fits keep a 1% budget of their own beside the CPU of the tuner's calls
   (as before the budget counted the tuner's calls and the next fit): what the whole tuner's budget costs in speed.
+* ``autobyte-slower-trials-refiled``: AutoByte whose verifier moves a trial slower than predicted into the conditions
+  a change then showed when the change accounts for it, as a faster one is (:meth:`Verifier.ran_after
+  <autobyte.meta._moves.Verifier.ran_after>` without its side, as before it).
 * ``autobyte-blas-threads-free``: AutoByte whose calls leave numpy's BLAS on all its threads (as before
   :func:`~autobyte.meta._network.one_blas_thread`): what the one thread saves in CPU and speed.
 * ``autobyte-clocks``: the shipped AutoByte whose calls are also timed on the calling thread's clock (printed on
@@ -72,6 +75,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import sys
 import time
@@ -84,6 +88,7 @@ from autobyte.core.tuning import Decision, Observation, StaticTuner, Tuner
 from autobyte.meta import AutoByteTuner, JobHistory
 from autobyte.meta._explorer import Explorer
 from autobyte.meta._learner import Learner
+from autobyte.meta._moves import Verifier
 from autobyte.meta._scorer import Scorer
 from autobyte.meta._search import Search
 
@@ -322,6 +327,26 @@ class FitsOwnBudget(AutoByteTuner):
 
 
 register_tuner("autobyte-fits-own-budget", FitsOwnBudget)
+
+
+class _EitherSideVerifier(Verifier):
+    """A trial placed after the change whenever the change accounts for its surprise, on either side."""
+
+    def ran_after(self, surprise: float, change: float) -> bool:
+        return abs(surprise - change) <= math.log1p(self.surprise)
+
+
+class SlowerTrialsRefiled(AutoByteTuner):
+    """AutoByte whose verifier moves a trial that ran slower than predicted into the new conditions when the change
+    seen next accounts for it, as one that ran faster (as before :meth:`Verifier.ran_after
+    <autobyte.meta._moves.Verifier.ran_after>` kept the slower ones where they were measured)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.verifier = _EitherSideVerifier(self.verifier.surprise)
+
+
+register_tuner("autobyte-slower-trials-refiled", SlowerTrialsRefiled)
 
 
 class BlasThreadsFree(AutoByteTuner):

@@ -83,6 +83,27 @@ class Verifier:
                           f"conditions from a wrong prediction")
 
 
+    def ran_after(self, surprise: float, change: float) -> bool:
+        """A trial ``surprise`` (log of its speed over its prediction) from its prediction, then a ``change`` of
+        conditions (log of the speed ratio of the configuration it left): did the trial run after the change?
+
+        Yes when the trial ran faster than predicted and the change accounts
+        for it (within ``surprise`` in log units of it: a trial 3x faster than
+        predicted, then the conditions 3.2x faster). A trial slower than
+        predicted is left where it was measured even where the change would
+        account for it: a configuration slow in the old conditions ran so too,
+        and measured partly in the faster old conditions it would read faster
+        than it runs in the new ones and draw the run there (the README's
+        scenario: a trial of 128 KiB partitions at 0.38x its prediction, then
+        the link 4x slower; moved, it was the fastest measured at the slow
+        rate, the run held it, and it ran as slowly when the link came back,
+        so no change was seen: 0.914x the default in that round). Kept there, a
+        trial that did run after the change only reads slower in the old
+        conditions than it runs, which draws nothing.
+        """
+        return surprise > 0 and abs(surprise - change) <= math.log1p(self.surprise)
+
+
 class Aborter:
     """End a trial at a check of its window when it already runs clearly slower than the best measured here.
 

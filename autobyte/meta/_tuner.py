@@ -486,20 +486,16 @@ class AutoByteTuner(Tuner):
         """A surprising measurement, then a change of conditions seen on another configuration: where it belongs.
 
         The change happened after ``obs.config``'s last measurement in ``old``,
-        so possibly before the surprising window. When the change accounts for
-        the surprise (the measurement, taken back by the change, is no longer a
-        surprise: within the verifier's ``surprise`` of its prediction), that
-        window ran in the new conditions: it is moved from ``old`` to ``new``.
-        Otherwise it stays: the surprise was the predictor's, and the change
-        came after it (a trial 3.8x slower than predicted, then the link 6x
-        slower: 0.45 in log units remain, more than log 1.5).
+        so possibly before the surprising window: the verifier decides
+        (:meth:`Verifier.ran_after <autobyte.meta._moves.Verifier.ran_after>`);
+        a window it places after the change is moved from ``old`` to ``new``.
         """
         cfg, predicted, speed, _, _, weight = held
         was = old.measured.get(obs.config)
         if was is None or cfg not in old.measured:
             return
-        change, surprise = math.log(obs.speed / was[0]), math.log(speed / predicted)
-        if abs(surprise - change) > math.log1p(self.verifier.surprise):
+        change = math.log(obs.speed / was[0])
+        if not self.verifier.ran_after(math.log(speed / predicted), change):
             return
         self.ledger.refile(cfg, speed, weight, old, new)
         _log.info("autobyte: %s's %.1f samples/s (predicted %.1f) ran in the new conditions (%s %+.0f%%): "

@@ -106,3 +106,14 @@ def test_the_tuner_before_the_mean_and_the_grid_points_has_both_undone(names):
     shipped = Controller(AutoByteTuner(MetaNetwork.load_default(), background=False), SearchSpace([a]), a, "allreduce",
                          [1000, 1000], window_iters=10, check_iters=5, warmup_iters=0)
     assert shipped.detector is not None and shipped.detector.reference_memory == 2
+
+
+def test_the_verifier_that_refiles_slower_trials_differs_from_the_shipped_one_on_that_side_alone(names):
+    import math
+
+    t = make_tuner("autobyte-slower-trials-refiled", network=MetaNetwork.load_default(), background=False)
+    shipped = AutoByteTuner(MetaNetwork.load_default(), background=False).verifier
+    for surprise, change in ((math.log(3.0), math.log(3.2)), (math.log(3.0), math.log(1.5)), (0.3, -0.3)):
+        assert t.verifier.ran_after(surprise, change) == shipped.ran_after(surprise, change)
+    assert t.verifier.ran_after(-math.log(3.0), -math.log(3.2)) and not shipped.ran_after(-math.log(3.0), -math.log(3.2))
+    assert t.verifier.surprise == shipped.surprise

@@ -29,6 +29,18 @@ def test_verifier_re_measures_the_config_a_surprising_trial_left():
     assert v.propose((B, 100.0, A), C, 260.0, False) is None  # not the trial's window
 
 
+def test_verifier_places_a_trial_after_a_change_only_when_it_ran_faster_and_the_change_accounts_for_it():
+    import math
+
+    v = Verifier(surprise=0.5)
+    assert v.ran_after(math.log(3.0), math.log(3.2))  # 3x faster than predicted, the conditions then 3.2x faster
+    assert not v.ran_after(math.log(3.0), math.log(1.5))  # the change accounts for half of it: the trial's own speed
+    # 3x slower than predicted, the conditions then 3.2x slower: the change would account for it, but a slow
+    # configuration ran so in the old conditions too, and moved it would read faster than it runs in the new ones
+    assert not v.ran_after(-math.log(3.0), -math.log(3.2))
+    assert not v.ran_after(0.0, 0.0)  # no surprise: nothing to place
+
+
 def test_aborter_ends_a_trial_clearly_slower_than_the_best_measured():
     ab = Aborter(margin=0.10)
     trial = (C, 120.0, A)  # C tried, predicted 120, left A

@@ -219,6 +219,14 @@ def test_a_trial_that_ran_in_the_new_conditions_is_moved_to_them(fresh_net, capl
     assert "ran in the new conditions" in caplog.text
 
 
+def test_a_slower_trial_stays_where_it_was_measured_though_the_change_accounts_for_it(fresh_net):
+    t = AutoByteTuner(fresh_net, background=False)
+    # the trial 3x slower than predicted, the conditions then 3.2x slower: moved, it would be the fastest measured there
+    old, new, base = _held_then_change(t, trial_speed=0.4, after=1 / 3.2)
+    assert old.measured[GRID[0]][0] == pytest.approx(0.4 * base) and GRID[0] not in new.measured
+    assert set(new.measured) == {GRID[4]}  # the new conditions hold only what ran in them
+
+
 @pytest.mark.parametrize("trial_speed, after", [
     (3.0, 0.3),  # the trial fast, the conditions then slower
     (0.7, 0.15),  # the trial 42% slower than predicted, the conditions then 6.7x slower: the change came after it
