@@ -1,6 +1,6 @@
 """The `realistic` suites' scenarios (issue 43): jobs of 800 iterations or more whose conditions hold for 200 or more.
 
-Five fours, three of a fifth and two of later fours judged as held out and then read to design the tuner (`realistic`,
+Five fours, three of another and two of others judged as held out and then read to design the tuner (`realistic`,
 tagged ``tune``), the four that judge it now (`realistic-heldout`), and two jobs of 1800 iterations whose conditions hold for 600 (`realistic-long`,
 held out), each written before any run of it. :mod:`autobyte.bench._scenarios` builds the suites from
 :func:`realistic_scenarios` and :func:`realistic_long_scenarios`.

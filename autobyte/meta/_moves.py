@@ -82,13 +82,12 @@ class Verifier:
                           f"({100 * (speed / trial[1] - 1):+.0f}%); re-measuring {trial[2]} to tell a change of "
                           f"conditions from a wrong prediction")
 
-
     def ran_after(self, surprise: float, change: float) -> bool:
         """A trial ``surprise`` (log of its speed over its prediction) from its prediction, then a ``change`` of
         conditions (log of the speed ratio of the configuration it left): did the trial run after the change?
 
         Yes when the trial ran faster than predicted and the change accounts
-        for it (within ``surprise`` in log units of it: a trial 3x faster than
+        for it (within ``log(1 + surprise)`` of it in log units: a trial 3x faster than
         predicted, then the conditions 3.2x faster). A trial slower than
         predicted is left where it was measured even where the change would
         account for it: a configuration slow in the old conditions ran so too,
