@@ -7,17 +7,22 @@ iterations) into the number of iterations and the switches;
 :func:`decision_row` is one line of ``decisions.jsonl`` (a window outcome);
 :func:`write_rank_outputs` writes ``rank<R>.json`` and, on rank 0,
 ``iterations.jsonl``, ``decisions.jsonl`` and (sweeps) ``sweep.jsonl``, the
-files :mod:`autobyte.bench._real` reads.
+files :mod:`autobyte.bench._real` reads; :func:`keep_log` keeps rank 0's
+``autobyte`` log (the tuner's reasons at INFO) in ``tuner.log``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any, Sequence
 
 from ..core import Config
 
+
+#: The file in a run's folder that holds rank 0's ``autobyte`` log (:func:`keep_log`).
+LOG_FILE = "tuner.log"
 
 #: Iterations a sweep runs at its first config before that config's own warm-up (the job's start).
 START_ITERS = 1
@@ -89,3 +94,29 @@ def write_rank_outputs(out_dir: str, rank: int, world: int, batch_size: int, spe
                 secs = sum(r["seconds"] for r in seg)
                 f.write(json.dumps({"config": [cfg.partition_bytes, cfg.credit_bytes], "iters": len(seg),
                                     "samples_per_s": batch_size * world * len(seg) / secs}) + "\n")
+
+
+def keep_log(out_dir: str, rank: int) -> logging.Handler | None:
+    """On rank 0, write the ``autobyte`` loggers' records at INFO and above to ``OUT_DIR/tuner.log``; the handler added.
+
+    The tuner explains every decision, change of conditions and rule that acted there
+    (``autobyte.meta`` at INFO), which ``decisions.jsonl`` holds only the reasons of moves of.
+    The file is created at the first record, so a run that logs nothing leaves none.
+    Warnings still reach stderr when the process has no other handler, as without
+    this one (:data:`logging.lastResort`). Other ranks: ``None``, nothing changed.
+    """
+    if rank != 0:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    logger = logging.getLogger("autobyte")
+    handler = logging.FileHandler(os.path.join(out_dir, LOG_FILE), delay=True)
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    if not logging.getLogger().handlers:
+        warn = logging.StreamHandler()
+        warn.setLevel(logging.WARNING)
+        logger.addHandler(warn)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler

@@ -30,7 +30,8 @@ seconds, samples/s, config in force), ``OUT_DIR/decisions.jsonl`` and, for
 sweeps, ``OUT_DIR/sweep.jsonl``; every rank writes ``OUT_DIR/rank<R>.json``
 (its measured compute time per iteration, process CPU seconds, wall seconds
 of the training loop and, with a tuner, the tuner's own CPU seconds where the
-tuner counts them in ``cpu_s``). Iteration ``k`` starts with
+tuner counts them in ``cpu_s``); rank 0 keeps its ``autobyte`` log, the tuner's
+reasons, in ``OUT_DIR/tuner.log``. Iteration ``k`` starts with
 :func:`autobyte.testbed.notify_iteration` so a bandwidth trace switches
 exactly at its iteration boundaries.
 """
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..integrations.torch import schedule
     from ..testbed import notify_iteration
     from .emulation import DEFAULT_SCALE, Emulation, is_emulated
-    from ._rank_plan import decision_row, iteration_plan, write_rank_outputs
+    from ._rank_plan import decision_row, iteration_plan, keep_log, write_rank_outputs
     from .models import make_model, model_batches
 
     torch.set_num_threads(int(spec.get("threads", 1)))
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         faulthandler.dump_traceback_later(float(spec["debug_hang_s"]), exit=False)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    keep_log(out_dir, rank)
     model_name = str(spec.get("model", "cnn"))
     slow = {(int(a), int(b)): float(f) for a, b, r, f in spec.get("slowdown", []) if int(r) == rank}
     emu: Any = None

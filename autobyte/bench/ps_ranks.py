@@ -37,7 +37,8 @@ parameter server's baseline:
   update (false: ``step`` waits for every message, the engine before issue 9).
 
 Rank 0 writes ``iterations.jsonl``, ``decisions.jsonl`` and, for sweeps,
-``sweep.jsonl``; every worker writes ``rank<R>.json``. Iteration ``k`` starts
+``sweep.jsonl``, and keeps its ``autobyte`` log, the tuner's reasons, in
+``tuner.log``; every worker writes ``rank<R>.json``. Iteration ``k`` starts
 with :func:`autobyte.testbed.notify_iteration`.
 """
 
@@ -64,10 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     from mxnet import autograd, gluon
 
     from ..testbed import notify_iteration
-    from ._rank_plan import decision_row, iteration_plan, write_rank_outputs
+    from ._rank_plan import decision_row, iteration_plan, keep_log, write_rank_outputs
 
     kv = mx.kv.create("dist_sync")
     rank, world = int(kv.rank), int(kv.num_workers)
+    keep_log(out_dir, rank)
     model_name = str(spec.get("model", "cnn"))
     bs = batch_size(spec)
     net, batches, loss_fn = _model(mx, gluon, spec, model_name, bs, rank)

@@ -154,3 +154,45 @@ def test_decision_row_keeps_what_a_window_outcome_says():
     told = WindowOutcome(24, True, True, None, b, 24, speed=30.0, regime_changed=True,
                          entry={"iteration": 24, "regime_changed": True, "regime_rule": "speed", "mixed": True})
     assert decision_row(told)["mixed"] is True and "mixed" not in decision_row(seen)
+
+
+def test_keep_log_writes_rank_zeros_autobyte_records_at_info_to_its_run_folder(tmp_path):
+    import logging
+
+    from autobyte.bench._rank_plan import LOG_FILE, keep_log
+
+    assert keep_log(str(tmp_path / "r1"), 1) is None and not (tmp_path / "r1").exists()  # other ranks: nothing
+    logger = logging.getLogger("autobyte")
+    level, before = logger.level, list(logger.handlers)
+    handler = keep_log(str(tmp_path / "r0"), 0)
+    try:
+        assert handler is not None
+        assert not (tmp_path / "r0" / LOG_FILE).exists()  # created at the first record only
+        logging.getLogger("autobyte.meta").debug("autobyte: a debug line")
+        logging.getLogger("autobyte.meta").info("autobyte: window 3, <a> -> <b>: explore")
+        logging.getLogger("autobyte.tuners").warning("a warning")
+        logging.getLogger("elsewhere").info("not ours")
+        handler.flush()
+        lines = (tmp_path / "r0" / LOG_FILE).read_text().splitlines()
+    finally:
+        for h in [h for h in logger.handlers if h not in before]:
+            logger.removeHandler(h)
+            h.close()
+        logger.setLevel(level)
+    assert len(lines) == 2, lines
+    assert lines[0].endswith("autobyte.meta INFO autobyte: window 3, <a> -> <b>: explore")
+    assert lines[1].endswith("autobyte.tuners WARNING a warning")
+
+
+def test_keep_log_leaves_warnings_on_stderr_in_a_process_without_handlers(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import logging\nfrom autobyte.bench._rank_plan import keep_log\nkeep_log(r'%s', 0)\n"
+            "logging.getLogger('autobyte.core').warning('a warning')\n"
+            "logging.getLogger('autobyte.meta').info('an info')\n") % tmp_path
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "a warning"  # as logging.lastResort prints it without the handler; INFO not
+    text = (tmp_path / "tuner.log").read_text()
+    assert "WARNING a warning" in text and "INFO an info" in text
