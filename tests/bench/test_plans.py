@@ -196,3 +196,25 @@ def test_keep_log_leaves_warnings_on_stderr_in_a_process_without_handlers(tmp_pa
     assert done.stderr.strip() == "a warning"  # as logging.lastResort prints it without the handler; INFO not
     text = (tmp_path / "tuner.log").read_text()
     assert "WARNING a warning" in text and "INFO an info" in text
+
+
+@pytest.mark.integration
+def test_an_all_reduce_tuner_run_keeps_the_tuners_reasons_in_its_folder(tmp_path):
+    """Two real gloo ranks of ``allreduce_ranks`` under the shipped tuner: rank 0's ``tuner.log`` holds its decisions."""
+    import json
+
+    from autobyte.testing import run_ranks
+
+    spec = {"method": "tuner", "tuner": "autobyte", "config": [4 << 20, 16 << 20], "iters": 40, "window_iters": 4,
+            "model": "cnn", "batch_size": 4}
+    results = run_ranks(["-m", "autobyte.bench.allreduce_ranks", json.dumps(spec), str(tmp_path)],
+                        env={"OMP_NUM_THREADS": "1"}, timeout_s=300)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    moves = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    moves = [d for d in moves if "reason" in d]
+    lines = (tmp_path / "tuner.log").read_text().splitlines()
+    assert moves, ("the tuner made no decision in 40 iterations", lines)
+    # every move decisions.jsonl records is explained in the log, from rank 0 only (once each)
+    logged = [line for line in lines if "autobyte.meta INFO autobyte: window " in line]
+    assert len(logged) >= len(moves), (lines, moves)
+    assert all(d["reason"].split(":")[0] in "\n".join(logged) for d in moves)
