@@ -188,13 +188,15 @@ def test_keep_log_leaves_warnings_on_stderr_in_a_process_without_handlers(tmp_pa
     import subprocess
     import sys
 
+    from autobyte.bench._rank_plan import LOG_FILE
+
     code = ("import logging\nfrom autobyte.bench._rank_plan import keep_log\nkeep_log(r'%s', 0)\n"
             "logging.getLogger('autobyte.core').warning('a warning')\n"
             "logging.getLogger('autobyte.meta').info('an info')\n") % tmp_path
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "a warning"  # as logging.lastResort prints it without the handler; INFO not
-    text = (tmp_path / "tuner.log").read_text()
+    text = (tmp_path / LOG_FILE).read_text()
     assert "WARNING a warning" in text and "INFO an info" in text
 
 
@@ -214,7 +216,7 @@ def test_an_all_reduce_tuner_run_keeps_the_tuners_reasons_in_its_folder(tmp_path
     moves = [d for d in moves if "reason" in d]
     lines = (tmp_path / "tuner.log").read_text().splitlines()
     assert moves, ("the tuner made no decision in 40 iterations", lines)
-    # every move decisions.jsonl records is explained in the log, from rank 0 only (once each)
+    # every move decisions.jsonl records has its reason's kind among the log's decisions (only rank 0 writes the file)
     logged = [line for line in lines if "autobyte.meta INFO autobyte: window " in line]
     assert len(logged) >= len(moves), (lines, moves)
     assert all(d["reason"].split(":")[0] in "\n".join(logged) for d in moves)
