@@ -383,13 +383,14 @@ class AutoByteTuner(Tuner):
             if horizon < search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             start, others = self.begun or obs.config, [r for r in reversed(self.ledger.regimes) if r is not regime]
-            won = search.decided(others)[:2]  # raced elsewhere: the winners or leaders raced against the start alone
+            won = search.decided(others)[:2]  # raced elsewhere: their first two raced against the start alone
             known = won or [b for r in others if (b := r.best()) is not None][:2]
             regime.shortlist = search.shortlist(self.space, sc.predicted, obs.config, known + [start], self.scorer.equivalence,
                                                 self._carried(regime), around=[start], narrow=bool(won))
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, %d windows each "
                       "unless measured out%s", regime.ident, horizon, ", ".join(map(str, regime.shortlist)), search.windows,
-                      f" (a race in other conditions found {won[0]}: raced against the start here, not afresh)" if won else "")
+                      f" (races in other conditions ranked {' and '.join(map(str, won))} first: raced against the start here, not "
+                      f"afresh)" if won else "")
 
         def worst(c: Config) -> float:  # a window of c one error below its estimate, as a trial of the explorer
             guess = float(sc.predicted[self.space.index(c)]) if c in self.space else obs.speed
