@@ -169,7 +169,7 @@ register_tuner("autobyte-race-afresh-after-unfinished", RaceAfreshAfterUnfinishe
 class FirstsOnly(Search):
     """A search that carries each race's winner (or unfinished leader) across a change, not its runner-up."""
 
-    def decided(self, regimes: Any) -> list[Config]:
+    def decided(self, regimes: Any, space: Any = None, equivalence: Any = None) -> list[Config]:
         out: list[Config] = []
         for r in regimes:
             c = r.winner

@@ -171,10 +171,12 @@ class Search:
                 return {c for c in cands if c in r.measured and c not in alive}
         return set()
 
-    def decided(self, regimes: Sequence[Regime]) -> list[Config]:
+    def decided(self, regimes: Sequence[Regime], space: SearchSpace | None = None,
+                equivalence: Equivalence | None = None) -> list[Config]:
         """What the races of ``regimes`` (most recent first) found, each once: every race's winner where it ended, and
         where its conditions ended before it did, its leader once two of its candidates were measured (most recent
-        first); then each such race's runner-up, the fastest other candidate it had not measured out.
+        first); then each such race's runner-up, the fastest other candidate it had not measured out. With ``space``,
+        one configuration per schedule class (:meth:`_class`: the start and its grid point are one), the first listed.
 
         A race of six to eight candidates needs 150-240 iterations, more than a
         phase of 200 leaves after the search waits for its first 50 (on a
@@ -190,6 +192,9 @@ class Search:
         Mbit/s, the 700 Mbit/s that followed never measured the runner-up,
         <1 MiB, 4X>, the best there (docs/benchmarks.md 2.9).
         """
+        def cls(c: Config) -> Any:
+            return c if space is None else self._class(c, space, equivalence)
+
         first: list[Config] = []
         second: list[Config] = []
         for r in regimes:
@@ -200,10 +205,13 @@ class Search:
                 continue
             first.append(c)
             alive, _ = self.standing(self._entrants(r.shortlist or [c], r.measured), r.measured)
-            rest = [a for a in alive if a != c and a in r.measured]
+            rest = [a for a in alive if cls(a) != cls(c) and a in r.measured]
             if rest:
                 second.append(max(rest, key=lambda a: r.measured[a][0]))
-        return list(dict.fromkeys(first + second))
+        out: dict[Any, Config] = {}
+        for c in first + second:
+            out.setdefault(cls(c), c)
+        return list(out.values())
 
     @staticmethod
     def _class(c: Config, space: SearchSpace, equivalence: Equivalence | None) -> Any:

@@ -383,7 +383,7 @@ class AutoByteTuner(Tuner):
             if horizon < search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             start, others = self.begun or obs.config, [r for r in reversed(self.ledger.regimes) if r is not regime]
-            won = search.decided(others)[:2]  # raced elsewhere: their first two raced against the start alone
+            won = search.decided(others, self.space, self.scorer.equivalence)[:2]  # raced elsewhere: their first two raced against the start alone
             known = won or [b for r in others if (b := r.best()) is not None][:2]
             regime.shortlist = search.shortlist(self.space, sc.predicted, obs.config, known + [start], self.scorer.equivalence,
                                                 self._carried(regime), around=[start], narrow=bool(won))

@@ -314,6 +314,12 @@ def test_a_race_the_start_won_carries_its_runner_up_to_the_next_conditions():
     won = Regime(1, {start: [100.0, 3.0, 5.0], rival: [98.0, 3.0, 3.0], slow: [80.0, 3.0, 2.0]}, windows=9,
                  shortlist=[start, rival, slow], winner=start)
     assert s.decided([won]) == [start, rival]  # slow is measured out: never carried
+    # the start's grid point runs within the noise of it: counted as the start, it is no runner-up
+    default = Config.from_multiple(4_000_000, 4)  # ByteScheduler's default, beside the grid's <4 MiB, 4X>
+    assert SPACE.grid_point(default) == START
+    close = Regime(2, {default: [100.0, 3.0, 5.0], START: [99.9, 3.0, 3.0], rival: [98.0, 3.0, 3.0]}, windows=9,
+                   shortlist=[default, START, rival], winner=default)
+    assert s.decided([close]) == [default, START] and s.decided([close], SPACE) == [default, rival]
     # the shortlist the tuner builds from it: the start and the runner-up, nothing the network ranks
     assert s.shortlist(SPACE, np.zeros(len(SPACE)), start, s.decided([won])[:2] + [start], narrow=True) == [start, rival]
 
