@@ -54,7 +54,7 @@ class AutoByteTuner(Tuner):
        races a shortlist over several windows each and decides before 4, 6, 7
        (after the Verifier, 5, and inside the do-no-harm allowance); an ended
        race holds its winner there instead of 4 and 7 (leaps only), and later
-       conditions race its winner against the start alone.
+       conditions race its winner and runner-up against the start alone.
     4. :class:`~autobyte.meta._moves.Mover` goes to the fastest configuration
        measured in this regime when it beats the one in force by ``min_gain``
        (after a trial that measured slower, that is the rollback).
