@@ -46,8 +46,6 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
 * ``autobyte-race-afresh-after-unfinished``: AutoByte that carries only ended races across a change: a race the
   conditions ended first is not carried, and the next conditions race a full shortlist
   (:meth:`~autobyte.meta._search.Search.decided` without unfinished races' leaders).
-* ``autobyte-no-runner-up``: AutoByte whose races after a change are the earlier races' winners against the start
-  alone (:meth:`~autobyte.meta._search.Search.decided` without each race's runner-up, as before it).
 * ``autobyte-start-apart-from-its-grid-point``: AutoByte whose search lists a configuration outside the grid (the job's
   start, ByteScheduler's default) and the grid's nearest one, less than half a grid step away, as two candidates
   (:meth:`~autobyte.meta._search.Search._class` as it was).
@@ -164,31 +162,6 @@ class RaceAfreshAfterUnfinished(AutoByteTuner):
 
 
 register_tuner("autobyte-race-afresh-after-unfinished", RaceAfreshAfterUnfinished)
-
-
-class FirstsOnly(Search):
-    """A search that carries each race's winner (or unfinished leader) across a change, not its runner-up."""
-
-    def decided(self, regimes: Any, space: Any = None, equivalence: Any = None) -> list[Config]:
-        out: list[Config] = []
-        for r in regimes:
-            c = r.winner
-            if c is None and r.shortlist is not None and len(r.measured) >= 2:
-                c = self.leader(r.shortlist, r.measured)
-            if c is not None and c not in out:
-                out.append(c)
-        return out
-
-
-class NoRunnerUp(AutoByteTuner):
-    """AutoByte whose new conditions, after a race, race the races' winners against the start alone: no runner-up, so
-    a race the start won is not raced again anywhere."""
-
-    def _new_search(self) -> Any:
-        return FirstsOnly(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
-
-
-register_tuner("autobyte-no-runner-up", NoRunnerUp)
 
 
 class GridNeighbourApart(Search):

@@ -24,10 +24,9 @@ steady scenario of docs/benchmarks.md 2.15, ended races reopened and measured
 other candidates 8 and 7 more times in its two runs). And once a race has
 ended anywhere, the conditions that follow do not race afresh: a ranking
 outlives its conditions (switching per condition is worth a median 0.0% over
-the best static configuration in hindsight), so the winner and its runner-up
-are raced only against the job's start there (``narrow``
-:meth:`Search.shortlist`, :meth:`Search.decided`), to tell whether the new
-conditions moved it (docs/benchmarks.md 2.16).
+the best static configuration in hindsight), so the winner is raced only
+against the job's start there (``narrow`` :meth:`Search.shortlist`), to tell
+whether the new conditions moved it (docs/benchmarks.md 2.16).
 """
 
 from __future__ import annotations
@@ -171,12 +170,10 @@ class Search:
                 return {c for c in cands if c in r.measured and c not in alive}
         return set()
 
-    def decided(self, regimes: Sequence[Regime], space: SearchSpace | None = None,
-                equivalence: Equivalence | None = None) -> list[Config]:
-        """What the races of ``regimes`` (most recent first) found, each once: every race's winner where it ended, and
-        where its conditions ended before it did, its leader once two of its candidates were measured (most recent
-        first); then each such race's runner-up, the fastest other candidate it had not measured out. With ``space``,
-        one configuration per schedule class (:meth:`_class`: the start and its grid point are one), the first listed.
+    def decided(self, regimes: Sequence[Regime]) -> list[Config]:
+        """What the races of ``regimes`` (most recent first) found, most recent first, each once: a race's winner
+        where it ended, and where its conditions ended before it did, its leader once two of its candidates were
+        measured.
 
         A race of six to eight candidates needs 150-240 iterations, more than a
         phase of 200 leaves after the search waits for its first 50 (on a
@@ -184,34 +181,17 @@ class Search:
         never ended, in two runs, and every later phase raced afresh: 0.952x
         hindsight, docs/benchmarks.md 2.17). Its standing when the conditions
         changed is what the job knows of the ranking, and a ranking outlives its
-        conditions, so the race that follows is between its first two and the
-        start (``narrow`` :meth:`shortlist`), as after one that ended. The
-        runner-up is the rival a change is likeliest to put first: where the
-        winner was the start, the winner alone against the start was no race,
-        and on a parameter server whose first race kept its start at 3000
-        Mbit/s, the 700 Mbit/s that followed never measured the runner-up,
-        <1 MiB, 4X>, the best there (docs/benchmarks.md 2.9).
+        conditions, so the race that follows is its leader against the start
+        (``narrow`` :meth:`shortlist`), as after one that ended.
         """
-        def cls(c: Config) -> Any:
-            return c if space is None else self._class(c, space, equivalence)
-
-        first: list[Config] = []
-        second: list[Config] = []
+        out: list[Config] = []
         for r in regimes:
             c = r.winner
             if c is None and r.shortlist is not None and len(r.measured) >= 2:  # every configuration measured there is an entrant
                 c = self.leader(r.shortlist, r.measured)
-            if c is None:
-                continue
-            first.append(c)
-            alive, _ = self.standing(self._entrants(r.shortlist or [c], r.measured), r.measured)
-            rest = [a for a in alive if cls(a) != cls(c) and a in r.measured]
-            if rest:
-                second.append(max(rest, key=lambda a: r.measured[a][0]))
-        out: dict[Any, Config] = {}
-        for c in first + second:
-            out.setdefault(cls(c), c)
-        return list(out.values())
+            if c is not None and c not in out:
+                out.append(c)
+        return out
 
     @staticmethod
     def _class(c: Config, space: SearchSpace, equivalence: Equivalence | None) -> Any:

@@ -54,7 +54,7 @@ class AutoByteTuner(Tuner):
        races a shortlist over several windows each and decides before 4, 6, 7
        (after the Verifier, 5, and inside the do-no-harm allowance); an ended
        race holds its winner there instead of 4 and 7 (leaps only), and later
-       conditions race its winner and runner-up against the start alone.
+       conditions race its winner against the start alone.
     4. :class:`~autobyte.meta._moves.Mover` goes to the fastest configuration
        measured in this regime when it beats the one in force by ``min_gain``
        (after a trial that measured slower, that is the rollback).
@@ -383,14 +383,13 @@ class AutoByteTuner(Tuner):
             if horizon < search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             start, others = self.begun or obs.config, [r for r in reversed(self.ledger.regimes) if r is not regime]
-            won = search.decided(others, self.space, self.scorer.equivalence)[:2]  # raced elsewhere: their first two raced against the start alone
+            won = search.decided(others)[:2]  # raced elsewhere: the winners or leaders raced against the start alone
             known = won or [b for r in others if (b := r.best()) is not None][:2]
             regime.shortlist = search.shortlist(self.space, sc.predicted, obs.config, known + [start], self.scorer.equivalence,
                                                 self._carried(regime), around=[start], narrow=bool(won))
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, %d windows each "
                       "unless measured out%s", regime.ident, horizon, ", ".join(map(str, regime.shortlist)), search.windows,
-                      f" (races in other conditions ranked {' and '.join(map(str, won))} first: raced against the start here, not "
-                      f"afresh)" if won else "")
+                      f" (a race in other conditions found {won[0]}: raced against the start here, not afresh)" if won else "")
 
         def worst(c: Config) -> float:  # a window of c one error below its estimate, as a trial of the explorer
             guess = float(sc.predicted[self.space.index(c)]) if c in self.space else obs.speed

@@ -117,17 +117,3 @@ def test_the_verifier_that_refiles_slower_trials_differs_from_the_shipped_one_on
         assert t.verifier.ran_after(surprise, change) == shipped.ran_after(surprise, change)
     assert t.verifier.ran_after(-math.log(3.0), -math.log(3.2)) and not shipped.ran_after(-math.log(3.0), -math.log(3.2))
     assert t.verifier.surprise == shipped.surprise
-
-
-def test_the_search_without_runner_ups_carries_the_same_winners_and_nothing_else(names):
-    from autobyte.core.space import Config, MiB
-    from autobyte.meta._ledger import Regime
-
-    t = make_tuner("autobyte-no-runner-up", network=MetaNetwork.load_default(), background=False)
-    shipped = AutoByteTuner(MetaNetwork.load_default(), background=False).search
-    start, rival = Config.from_multiple(4 * MiB, 4), Config.from_multiple(MiB, 4)
-    won = Regime(1, {start: [100.0, 3.0, 5.0], rival: [98.0, 3.0, 3.0]}, windows=6, shortlist=[start, rival], winner=start)
-    assert shipped is not None and t.search is not None
-    assert shipped.decided([won]) == [start, rival] and t.search.decided([won]) == [start]
-    unfinished = Regime(2, {rival: [100.0, 1.0, 5.0], start: [99.0, 1.0, 3.0]}, windows=2, shortlist=[rival, start])
-    assert t.search.decided([unfinished, won]) == [rival, start] == shipped.decided([unfinished, won])
