@@ -207,7 +207,9 @@ def test_an_all_reduce_tuner_run_keeps_the_tuners_reasons_in_its_folder(tmp_path
 
     from autobyte.testing import run_ranks
 
-    spec = {"method": "tuner", "tuner": "autobyte", "config": [4 << 20, 16 << 20], "iters": 40, "window_iters": 4,
+    # started at 256 KiB partitions, credit 1X, far below the CNN's best, so its first windows pay for a trial; on a
+    # loaded host (a CI run) its detector may instead read the noise as changes of conditions and hold still
+    spec = {"method": "tuner", "tuner": "autobyte", "config": [256 << 10, 256 << 10], "iters": 40, "window_iters": 4,
             "model": "cnn", "batch_size": 4}
     results = run_ranks(["-m", "autobyte.bench.allreduce_ranks", json.dumps(spec), str(tmp_path)],
                         env={"OMP_NUM_THREADS": "1"}, timeout_s=300)
@@ -215,7 +217,8 @@ def test_an_all_reduce_tuner_run_keeps_the_tuners_reasons_in_its_folder(tmp_path
     moves = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     moves = [d for d in moves if "reason" in d]
     lines = (tmp_path / "tuner.log").read_text().splitlines()
-    assert moves, ("the tuner made no decision in 40 iterations", lines)
+    held = [line for line in lines if "autobyte.meta INFO autobyte: conditions changed" in line]
+    assert moves or held, ("the tuner neither moved nor logged why it held in 40 iterations", lines)
     # every move decisions.jsonl records has its reason's kind among the log's decisions (only rank 0 writes the file)
     logged = [line for line in lines if "autobyte.meta INFO autobyte: window " in line]
     assert len(logged) >= len(moves), (lines, moves)
