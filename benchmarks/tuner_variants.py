@@ -46,8 +46,8 @@ shipped :class:`~autobyte.meta.AutoByteTuner`:
 * ``autobyte-race-afresh-after-unfinished``: AutoByte that carries only ended races across a change: a race the
   conditions ended first is not carried, and the next conditions race a full shortlist
   (:meth:`~autobyte.meta._search.Search.decided` without unfinished races' leaders).
-* ``autobyte-rankings-carried-across-links``: AutoByte that carries what a race decided and measured out across every
-  change of conditions, as before :meth:`~autobyte.meta._search.Search.kin`, a link's step of more than 2x too.
+* ``autobyte-no-leaps``: AutoByte whose races take no leap (an explorer's trial predicted more than ``Search.leap``,
+  25%, ahead of the best measured, tried before the race's next candidate).
 * ``autobyte-start-apart-from-its-grid-point``: AutoByte whose search lists a configuration outside the grid (the job's
   start, ByteScheduler's default) and the grid's nearest one, less than half a grid step away, as two candidates
   (:meth:`~autobyte.meta._search.Search._class` as it was).
@@ -166,23 +166,15 @@ class RaceAfreshAfterUnfinished(AutoByteTuner):
 register_tuner("autobyte-race-afresh-after-unfinished", RaceAfreshAfterUnfinished)
 
 
-class EveryLinkKin(Search):
-    """A search that carries rankings across every change of conditions, whatever the link's step."""
-
-    @staticmethod
-    def kin(regime: Any, regimes: Any) -> list[Any]:
-        return list(regimes)
-
-
-class RankingsCarriedAcrossLinks(AutoByteTuner):
-    """AutoByte that carries a ranking (what a race decided, what it measured out) across every change of conditions,
-    as before :meth:`~autobyte.meta._search.Search.kin`: a 4x step of the link too."""
+class NoLeaps(AutoByteTuner):
+    """AutoByte whose races take no leap: no trial of the explorer goes before a race, however far ahead the network
+    predicts it (``Search.leap`` at its ceiling, a factor of 101)."""
 
     def _new_search(self) -> Any:
-        return EveryLinkKin(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance)
+        return Search(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance, leap=100.0)
 
 
-register_tuner("autobyte-rankings-carried-across-links", RankingsCarriedAcrossLinks)
+register_tuner("autobyte-no-leaps", NoLeaps)
 
 
 class GridNeighbourApart(Search):

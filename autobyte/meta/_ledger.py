@@ -40,9 +40,6 @@ class Regime:
     shortlist: list[Config] | None = None
     #: what this regime's race decided on (``None`` before it ends): held here, the race is not run again in these conditions
     winner: Config | None = None
-    #: log of the link rate achieved (Gbit/s, mean over workers) in the window these conditions were first seen in
-    #: (``None`` before it is read): whose rankings carry here (:meth:`~autobyte.meta._search.Search.kin`)
-    link: float | None = None
 
     def speeds(self, stale_windows: int) -> dict[Config, float]:
         """Measurements not older than ``stale_windows`` windows of this regime."""
@@ -55,15 +52,14 @@ class Regime:
         return {"ident": self.ident, "measured": [_cfg(c) + list(v) for c, v in self.measured.items()],
                 "windows": self.windows, "started": self.started, "durations": list(self.durations), "misses": self.misses,
                 "shortlist": None if self.shortlist is None else [_cfg(c) for c in self.shortlist],
-                "winner": None if self.winner is None else _cfg(self.winner), "link": self.link}
+                "winner": None if self.winner is None else _cfg(self.winner)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Regime":
         return cls(int(d["ident"]), {Config(int(m[0]), int(m[1])): [float(m[2]), float(m[3]), float(m[4])] for m in d["measured"]},
                    int(d["windows"]), int(d["started"]), [int(x) for x in d["durations"]], int(d.get("misses", 0)),
                    None if d.get("shortlist") is None else [Config(int(c[0]), int(c[1])) for c in d["shortlist"]],
-                   None if d.get("winner") is None else Config(int(d["winner"][0]), int(d["winner"][1])),
-                   None if d.get("link") is None else float(d["link"]))
+                   None if d.get("winner") is None else Config(int(d["winner"][0]), int(d["winner"][1])))
 
 
 class Ledger:

@@ -26,11 +26,7 @@ ended anywhere, the conditions that follow do not race afresh: a ranking
 outlives its conditions (switching per condition is worth a median 0.0% over
 the best static configuration in hindsight), so the winner is raced only
 against the job's start there (``narrow`` :meth:`Search.shortlist`), to tell
-whether the new conditions moved it (docs/benchmarks.md 2.16). A ranking is
-carried only between conditions whose link rates are within
-:data:`LINK_STEP` of each other (:meth:`Search.kin`): on a parameter server
-the race at a fast link ranked the configuration that wins at a link 4x slower
-out, and the slow phases never measured it again (docs/benchmarks.md 2.8).
+whether the new conditions moved it (docs/benchmarks.md 2.16).
 """
 
 from __future__ import annotations
@@ -50,8 +46,6 @@ from ._scorer import Equivalence
 
 #: gaps between a configuration's window and its running average in the regime read before the job's own noise is used
 GAPS_MIN = 6
-#: a ranking measured in one set of conditions is carried to another whose achieved link rate is within this factor
-LINK_STEP = 2.0
 
 
 class Search:
@@ -154,21 +148,6 @@ class Search:
                 if p > 0:
                     add(space.nearest(Config.from_multiple(p, c.credit_multiple)))
         return out
-
-    @staticmethod
-    def kin(regime: Regime, regimes: Sequence[Regime]) -> list[Regime]:
-        """Those of ``regimes`` whose ranking carries to ``regime``: their achieved link rates within :data:`LINK_STEP`.
-
-        A ranking outlives a host's drift and the changes of the all-reduce
-        suites (switching per condition is worth a median 0.0% there), not a
-        4x step of a parameter server's link: on ``realistic-ps-three-rates``
-        the race at 3000 Mbit/s measured out <1 MiB, 4X>, which the grids pick
-        at 700 Mbit/s, and no later phase raced it (docs/benchmarks.md 2.8).
-        Conditions whose link rate is not known yet count as kin. Order kept.
-        """
-        if regime.link is None:
-            return list(regimes)
-        return [r for r in regimes if r.link is None or abs(r.link - regime.link) <= math.log(LINK_STEP) + 1e-12]
 
     def carried_out(self, regimes: Sequence[Regime]) -> set[Config]:
         """What the most recent of ``regimes`` (most recent first) that ranked two or more configurations measured out.

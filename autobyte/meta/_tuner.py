@@ -23,7 +23,7 @@ from ._ledger import Ledger, Regime
 from ._moves import Aborter, Mover, Verifier
 from ._network import MetaNetwork, one_blas_thread
 from ._scorer import Scorer, Scores
-from ._search import LINK_STEP, Search
+from ._search import Search
 
 _log = logging.getLogger("autobyte.meta")
 
@@ -32,8 +32,6 @@ _ENV = [5, 6, 7, 8, 9, 10, 11]
 #: Their names, for the log.
 _ENV_NAMES = ["compute time", "forward time", "straggling", "min uplink bandwidth", "mean uplink bandwidth",
               "min downlink bandwidth", "mean downlink bandwidth"]
-#: Index of the job vector's log mean uplink rate: the link a regime was first seen at (Regime.link).
-_LINK = 9
 
 
 class AutoByteTuner(Tuner):
@@ -371,11 +369,8 @@ class AutoByteTuner(Tuner):
         return self._decide(obs, trial_cfg[0], trial_cfg[1], predicted)
 
     def _carried(self, regime: Regime) -> frozenset[Config]:
-        """Not tried in ``regime``: what past jobs measured slower, and what the last regime at a link rate like its own
-        measured out (Search.kin, Search.carried_out)."""
-        if self.search is None:
-            return self.slower
-        return self.slower | self.search.carried_out(self.search.kin(regime, [r for r in reversed(self.ledger.regimes) if r is not regime]))
+        """Not tried in ``regime``: what past jobs measured slower, and what the last regime measured out (Search.carried_out)."""
+        return self.slower | (self.search.carried_out([r for r in reversed(self.ledger.regimes) if r is not regime]) if self.search else set())
 
     def _search(self, obs: Observation, sc: Scores, regime: Regime, measured: dict[Config, float],
                 horizon: float) -> tuple[Config, str] | None:
@@ -388,8 +383,7 @@ class AutoByteTuner(Tuner):
             if horizon < search.min_horizon or (not ended and obs.iteration - regime.started < self.search_after_iters):
                 return None
             start, others = self.begun or obs.config, [r for r in reversed(self.ledger.regimes) if r is not regime]
-            # raced at a link rate like this one: the winners or leaders raced against the start alone
-            won = search.decided(search.kin(regime, others))[:2]
+            won = search.decided(others)[:2]  # raced elsewhere: the winners or leaders raced against the start alone
             known = won or [b for r in others if (b := r.best()) is not None][:2]
             regime.shortlist = search.shortlist(self.space, sc.predicted, obs.config, known + [start], self.scorer.equivalence,
                                                 self._carried(regime), around=[start], narrow=bool(won))
@@ -397,8 +391,6 @@ class AutoByteTuner(Tuner):
                 why = (f" (a race in other conditions found {won[0]}: raced against the start here, not afresh)"
                        if len(regime.shortlist) > 1 else
                        f" (a race in other conditions found {won[0]}, and no rival of it is left to race here: held alone)")
-            elif search.decided(others):
-                why = f" (races in other conditions are not carried: their link rates differ from this one by more than {LINK_STEP:g}x)"
             else:
                 why = ""
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, %d windows each "
@@ -480,8 +472,6 @@ class AutoByteTuner(Tuner):
             had = before.measured.get(obs.config)
             self.search.note(obs.speed, None if had is None else had[0])
         regime = self.ledger.observe(obs.iteration, obs.config, obs.speed, obs.regime_changed, obs.window_share)
-        if regime.link is None:
-            regime.link = float(sc.job.job[_LINK])
         if held is not None and obs.regime_changed and held[0] != obs.config:
             self._refile(held, obs, before, regime)
         if obs.regime_changed:

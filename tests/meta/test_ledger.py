@@ -100,11 +100,9 @@ def test_ledger_state_round_trips_through_json():
     led = Ledger()
     led.observe(10, A, 100.0, False)
     led.observe(20, B, 40.0, True)
-    led.current.link = 0.7  # the link rate the tuner read there
     back = Ledger()
     back.load_state_dict(json.loads(json.dumps(led.state_dict())))
     assert back.state_dict() == led.state_dict() and back.current.ident == 1
-    assert back.current.link == 0.7 and back.regimes[0].link is None
 
 
 @pytest.mark.parametrize("kw", [{"match": 0}, {"memory": 0}, {"stale_windows": "3"}, {"young_windows": -1}])
