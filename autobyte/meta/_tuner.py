@@ -387,12 +387,8 @@ class AutoByteTuner(Tuner):
             known = won or [b for r in others if (b := r.best()) is not None][:2]
             regime.shortlist = search.shortlist(self.space, sc.predicted, obs.config, known + [start], self.scorer.equivalence,
                                                 self._carried(regime), around=[start], narrow=bool(won))
-            if won:
-                why = (f" (a race in other conditions found {won[0]}: raced against the start here, not afresh)"
-                       if len(regime.shortlist) > 1 else
-                       f" (a race in other conditions found {won[0]}, and no rival of it is left to race here: held alone)")
-            else:
-                why = ""
+            why = "" if not won else f" (a race in other conditions found {won[0]}" + (
+                ": raced against the start here, not afresh)" if len(regime.shortlist) > 1 else ", and no rival of it is left to race here: held alone)")
             _log.info("autobyte: search in regime %d (about %.0f iterations expected in these conditions): %s, %d windows each "
                       "unless measured out%s", regime.ident, horizon, ", ".join(map(str, regime.shortlist)), search.windows, why)
 
