@@ -171,7 +171,10 @@ class NoLeaps(AutoByteTuner):
     predicts it (``Search.leap`` at its ceiling, a factor of 101)."""
 
     def _new_search(self) -> Any:
-        return Search(min_horizon=self.search_horizon, max_distance=self.explorer.max_distance, leap=100.0)
+        search = super()._new_search()
+        if search is not None:
+            search.leap = 100.0
+        return search
 
 
 register_tuner("autobyte-no-leaps", NoLeaps)

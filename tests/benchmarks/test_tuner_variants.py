@@ -117,3 +117,12 @@ def test_the_verifier_that_refiles_slower_trials_differs_from_the_shipped_one_on
         assert t.verifier.ran_after(surprise, change) == shipped.ran_after(surprise, change)
     assert t.verifier.ran_after(-math.log(3.0), -math.log(3.2)) and not shipped.ran_after(-math.log(3.0), -math.log(3.2))
     assert t.verifier.surprise == shipped.surprise
+
+
+def test_the_search_without_leaps_is_the_shipped_one_with_its_leap_at_the_ceiling(names):
+    t = make_tuner("autobyte-no-leaps", network=MetaNetwork.load_default(), background=False)
+    shipped = AutoByteTuner(MetaNetwork.load_default(), background=False).search
+    assert t.search is not None and shipped is not None
+    assert shipped.leap == 0.25 and t.search.leap == 100.0
+    assert {k: v for k, v in vars(t.search).items() if k not in ("leap", "gaps")} == \
+        {k: v for k, v in vars(shipped).items() if k not in ("leap", "gaps")}
